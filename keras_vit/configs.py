@@ -1,0 +1,75 @@
+"""The table of named ViT configurations.
+
+Names follow timm (`vit_{size}_patch{P}_{resolution}`), so a user who knows
+`timm.create_model("vit_base_patch16_224")` knows ours. Each entry holds the
+architecture only; `keras_vit.create_model(name, **overrides)` adds the rest.
+"""
+
+import difflib
+
+# Width, depth, heads and MLP size per size name, as in the ViT and DeiT papers.
+_SIZES = {
+    "tiny": dict(hidden_dim=192, depth=12, num_heads=3, mlp_dim=768),
+    "small": dict(hidden_dim=384, depth=12, num_heads=6, mlp_dim=1536),
+    "base": dict(hidden_dim=768, depth=12, num_heads=12, mlp_dim=3072),
+    "large": dict(hidden_dim=1024, depth=24, num_heads=16, mlp_dim=4096),
+    "huge": dict(hidden_dim=1280, depth=32, num_heads=16, mlp_dim=5120),
+    # Half-depth Ti for 32 x 32 data: quick to train from scratch on a CPU.
+    "mini": dict(hidden_dim=192, depth=6, num_heads=3, mlp_dim=768),
+}
+
+
+def _entry(size, patch_size, image_size, description):
+    return dict(
+        _SIZES[size],
+        patch_size=patch_size,
+        image_size=image_size,
+        description=description,
+    )
+
+
+MODEL_CONFIGS = {
+    "vit_tiny_patch16_224": _entry("tiny", 16, 224, "ViT-Ti/16 (DeiT-Ti width), ImageNet resolution"),
+    "vit_tiny_patch16_384": _entry("tiny", 16, 384, "ViT-Ti/16 at 384"),
+    "vit_small_patch16_224": _entry("small", 16, 224, "ViT-S/16"),
+    "vit_small_patch16_384": _entry("small", 16, 384, "ViT-S/16 at 384"),
+    "vit_small_patch32_224": _entry("small", 32, 224, "ViT-S/32"),
+    "vit_small_patch32_384": _entry("small", 32, 384, "ViT-S/32 at 384"),
+    "vit_base_patch16_224": _entry("base", 16, 224, "ViT-B/16"),
+    "vit_base_patch16_384": _entry("base", 16, 384, "ViT-B/16 at 384"),
+    "vit_base_patch32_224": _entry("base", 32, 224, "ViT-B/32"),
+    "vit_base_patch32_384": _entry("base", 32, 384, "ViT-B/32 at 384"),
+    "vit_large_patch16_224": _entry("large", 16, 224, "ViT-L/16"),
+    "vit_large_patch16_384": _entry("large", 16, 384, "ViT-L/16 at 384"),
+    "vit_large_patch32_224": _entry("large", 32, 224, "ViT-L/32"),
+    "vit_large_patch32_384": _entry("large", 32, 384, "ViT-L/32 at 384"),
+    "vit_huge_patch14_224": _entry("huge", 14, 224, "ViT-H/14"),
+    # Small-image configs for 32 x 32 data (CIFAR): 64 tokens at patch 4, 256 at patch 2.
+    "vit_mini_patch4_32": _entry("mini", 4, 32, "6-block ViT-Ti for 32x32 images"),
+    "vit_tiny_patch4_32": _entry("tiny", 4, 32, "ViT-Ti for 32x32 images"),
+    "vit_tiny_patch2_32": _entry("tiny", 2, 32, "ViT-Ti, patch 2, for 32x32 images"),
+    "vit_small_patch4_32": _entry("small", 4, 32, "ViT-S for 32x32 images"),
+}
+
+
+def list_models():
+    """Returns the names of all configurations, sorted."""
+    return sorted(MODEL_CONFIGS)
+
+
+def get_model_config(name):
+    """Returns the architecture of a named configuration as ViT keyword arguments.
+
+    Raises:
+        ValueError: the name is unknown; the message lists the closest names.
+    """
+    if not isinstance(name, str) or name not in MODEL_CONFIGS:
+        close = difflib.get_close_matches(str(name), MODEL_CONFIGS, n=3, cutoff=0.5)
+        hint = f" Did you mean {', '.join(close)}?" if close else ""
+        raise ValueError(
+            f"Unknown model config {name!r}.{hint} "
+            f"Run `keras-vit models` or `keras_vit.list_models()` to see all names."
+        )
+    config = dict(MODEL_CONFIGS[name])
+    config.pop("description")
+    return config

@@ -1,0 +1,244 @@
+"""The ViT model: any configuration, built as a functional Keras model."""
+
+import keras
+import numpy as np
+
+from keras_vit import configs
+from keras_vit.layers import (
+    PatchEncoder,
+    TokenPooling,
+    TransformerBlock,
+    _check_positive_int,
+    _check_rate,
+    _initializer,
+)
+from keras_vit.pos_embed import resample_position_embeddings
+
+
+def _pair(value, what):
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = (value, value)
+    value = tuple(value)
+    if len(value) != 2:
+        raise ValueError(f"{what} must be an int or (height, width), got {value!r}.")
+    for side in value:
+        _check_positive_int(side, what)
+    return value
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class ViT(keras.Model):
+    """Vision Transformer (Dosovitskiy et al., 2020), weight-compatible with timm.
+
+    Takes `(batch, height, width, channels)` float images, normalised the way
+    the weights were trained, and returns class logits (or probabilities with
+    `classifier_activation="softmax"`). With `include_top=False` it returns
+    the pooled, normalised embedding of each image instead.
+
+    Args:
+        image_size: int or (height, width). Input resolution; each side must
+            be a multiple of `patch_size`.
+        patch_size: int. Side of the square patches.
+        hidden_dim: int. Token width.
+        depth: int. Number of Transformer blocks.
+        num_heads: int. Attention heads; must divide `hidden_dim`.
+        mlp_dim: int. Hidden width of each block's MLP.
+        num_classes: int, default 1000. Classifier outputs.
+        channels: int, default 3. Image channels (1 for grayscale).
+        pooling: `"token"` ([cls] token, default) or `"gap"` (mean of the patch tokens).
+        representation_size: int or None. Adds the paper's pre-logits layer
+            (Dense + tanh) of this width before the classifier.
+        include_top: bool, default True. Whether to add the classifier.
+        dropout: float, default 0. Dropout on embeddings, attention output and MLPs.
+        attention_dropout: float, default 0. Dropout on attention weights.
+        drop_path_rate: float, default 0. Stochastic depth rate of the last
+            block; it grows linearly from 0 at the first block.
+        layer_norm_epsilon: float, default 1e-6.
+        classifier_activation: None (logits, default) or an activation name
+            such as `"softmax"`.
+    """
+
+    def __init__(
+        self,
+        image_size=224,
+        patch_size=16,
+        hidden_dim=768,
+        depth=12,
+        num_heads=12,
+        mlp_dim=3072,
+        num_classes=1000,
+        channels=3,
+        pooling="token",
+        representation_size=None,
+        include_top=True,
+        dropout=0.0,
+        attention_dropout=0.0,
+        drop_path_rate=0.0,
+        layer_norm_epsilon=1e-6,
+        classifier_activation=None,
+        dtype=None,
+        **kwargs,
+    ):
+        image_size = _pair(image_size, "image_size")
+        for value, what in (
+            (patch_size, "patch_size"),
+            (depth, "depth"),
+            (channels, "channels"),
+            (num_classes, "num_classes"),
+        ):
+            _check_positive_int(value, what)
+        if representation_size is not None:
+            _check_positive_int(representation_size, "representation_size")
+        _check_rate(drop_path_rate, "drop_path_rate")
+
+        images = keras.Input(shape=image_size + (channels,), name="images")
+        x = PatchEncoder(patch_size, hidden_dim, dropout=dropout, dtype=dtype, name="patch_encoder")(
+            images
+        )
+        for i in range(depth):
+            x = TransformerBlock(
+                hidden_dim,
+                num_heads,
+                mlp_dim,
+                dropout=dropout,
+                attention_dropout=attention_dropout,
+                # As timm: linspace(0, drop_path_rate, depth).
+                drop_path_rate=drop_path_rate * i / max(depth - 1, 1),
+                layer_norm_epsilon=layer_norm_epsilon,
+                dtype=dtype,
+                name=f"block_{i}",
+            )(x)
+        # Pooling before the final LayerNorm: equal for "token" (LayerNorm acts per
+        # token) and timm's order for "gap" (its fc_norm).
+        x = TokenPooling(pooling, dtype=dtype, name="pooling")(x)
+        x = keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, dtype=dtype, name="norm")(x)
+        if representation_size is not None:
+            x = keras.layers.Dense(
+                representation_size,
+                activation="tanh",
+                kernel_initializer=_initializer(),
+                dtype=dtype,
+                name="pre_logits",
+            )(x)
+        if include_top:
+            # float32 logits even under mixed precision, for a stable loss.
+            x = keras.layers.Dense(
+                num_classes,
+                activation=classifier_activation,
+                kernel_initializer=_initializer(),
+                dtype="float32",
+                name="head",
+            )(x)
+        kwargs.setdefault("name", "vit")
+        super().__init__(inputs=images, outputs=x, dtype=dtype, **kwargs)
+
+        # === Config ===
+        self.image_size = image_size
+        self.patch_size = patch_size
+        self.hidden_dim = hidden_dim
+        self.depth = depth
+        self.num_heads = num_heads
+        self.mlp_dim = mlp_dim
+        self.num_classes = num_classes
+        self.channels = channels
+        self.pooling = pooling
+        self.representation_size = representation_size
+        self.include_top = include_top
+        self.dropout = dropout
+        self.attention_dropout = attention_dropout
+        self.drop_path_rate = drop_path_rate
+        self.layer_norm_epsilon = layer_norm_epsilon
+        self.classifier_activation = classifier_activation
+
+    @property
+    def blocks(self):
+        """The Transformer blocks, in order."""
+        return [self.get_layer(f"block_{i}") for i in range(self.depth)]
+
+    def get_config(self):
+        return {
+            "name": self.name,
+            "trainable": self.trainable,
+            "dtype": keras.dtype_policies.serialize(self.dtype_policy),
+            "image_size": list(self.image_size),
+            "patch_size": self.patch_size,
+            "hidden_dim": self.hidden_dim,
+            "depth": self.depth,
+            "num_heads": self.num_heads,
+            "mlp_dim": self.mlp_dim,
+            "num_classes": self.num_classes,
+            "channels": self.channels,
+            "pooling": self.pooling,
+            "representation_size": self.representation_size,
+            "include_top": self.include_top,
+            "dropout": self.dropout,
+            "attention_dropout": self.attention_dropout,
+            "drop_path_rate": self.drop_path_rate,
+            "layer_norm_epsilon": self.layer_norm_epsilon,
+            "classifier_activation": self.classifier_activation,
+        }
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        if isinstance(config.get("dtype"), dict):
+            config["dtype"] = keras.dtype_policies.deserialize(config["dtype"])
+        return cls(**config)
+
+
+def _vit_arguments():
+    import inspect
+
+    names = inspect.signature(ViT.__init__).parameters
+    return sorted(n for n in names if n not in ("self", "kwargs"))
+
+
+def create_model(name, **overrides):
+    """Builds a named configuration, e.g. `create_model("vit_base_patch16_224")`.
+
+    Args:
+        name: a name from `keras_vit.list_models()`.
+        **overrides: any `ViT` argument, such as `num_classes`, `image_size`,
+            `channels`, `dropout`, `drop_path_rate`, `pooling`, `include_top`
+            or `dtype`.
+
+    Returns:
+        A `ViT`, randomly initialised; load weights with `keras_vit.load_weights`.
+    """
+    config = configs.get_model_config(name)
+    allowed = set(_vit_arguments()) | {"name", "trainable"}
+    unknown = sorted(set(overrides) - allowed)
+    if unknown:
+        raise TypeError(
+            f"create_model({name!r}) got unknown argument(s) {unknown}; "
+            f"ViT takes {', '.join(_vit_arguments())}."
+        )
+    config.update(overrides)
+    config.setdefault("name", name)
+    return ViT(**config)
+
+
+def resize_model(model, image_size):
+    """Returns a copy of `model` for another image size, with the same weights.
+
+    The position embeddings are resampled to the new patch grid (bicubic,
+    [cls] kept), so a model trained at 224 runs or fine-tunes at 384.
+    """
+    config = model.get_config()
+    config["image_size"] = list(_pair(image_size, "image_size"))
+    resized = ViT.from_config(config)
+    for source, target in zip(model.layers, resized.layers):
+        if isinstance(source, PatchEncoder):
+            target.projection.set_weights(source.projection.get_weights())
+            target.cls_token.assign(source.cls_token)
+            target.position_embedding.assign(
+                resample_position_embeddings(
+                    np.asarray(source.position_embedding),
+                    new_grid=target.grid_size,
+                    old_grid=source.grid_size,
+                    num_prefix_tokens=source.num_prefix_tokens,
+                )
+            )
+        else:
+            target.set_weights(source.get_weights())
+    return resized

@@ -1,0 +1,75 @@
+"""Resampling of position embeddings to a new patch grid.
+
+Matches timm's `resample_abs_pos_embed` (bicubic, antialias=True), which
+calls PyTorch's antialiased bicubic interpolation: the PIL filter, a cubic
+kernel with a = -0.5, widened when shrinking, with weights renormalised at
+the borders. It is written in NumPy so that loading weights needs neither
+PyTorch nor a TensorFlow graph.
+"""
+
+import math
+
+import numpy as np
+
+
+def _cubic(x, a=-0.5):
+    x = np.abs(x)
+    return np.where(
+        x < 1.0,
+        ((a + 2.0) * x - (a + 3.0)) * x * x + 1.0,
+        np.where(x < 2.0, (((x - 5.0) * x + 8.0) * x - 4.0) * a, 0.0),
+    )
+
+
+def _resize_matrix(in_size, out_size):
+    """Returns the (out_size, in_size) matrix of 1-D antialiased bicubic resizing."""
+    scale = in_size / out_size
+    support_scale = max(scale, 1.0)
+    support = 2.0 * support_scale
+    matrix = np.zeros((out_size, in_size), dtype=np.float64)
+    for i in range(out_size):
+        center = (i + 0.5) * scale
+        start = max(int(center - support + 0.5), 0)
+        stop = min(int(center + support + 0.5), in_size)
+        taps = np.arange(start, stop)
+        weights = _cubic((taps - center + 0.5) / support_scale)
+        total = weights.sum()
+        matrix[i, start:stop] = weights / total if total != 0 else weights
+    return matrix
+
+
+def resize_grid(grid, new_size):
+    """Resizes a (rows, cols, channels) array to new_size = (rows, cols)."""
+    rows = _resize_matrix(grid.shape[0], new_size[0])
+    cols = _resize_matrix(grid.shape[1], new_size[1])
+    out = np.einsum("ir,rcd->icd", rows, grid.astype(np.float64))
+    out = np.einsum("jc,icd->ijd", cols, out)
+    return out.astype(grid.dtype)
+
+
+def resample_position_embeddings(pos_embed, new_grid, old_grid=None, num_prefix_tokens=1):
+    """Resamples `(1, prefix + rows * cols, dim)` position embeddings to `new_grid`.
+
+    The prefix ([cls]) embeddings are kept; the grid part is resized with
+    antialiased bicubic interpolation. `old_grid` defaults to a square grid.
+    """
+    pos_embed = np.asarray(pos_embed)
+    if pos_embed.ndim != 3 or pos_embed.shape[0] != 1:
+        raise ValueError(
+            f"Position embeddings must have shape (1, tokens, dim), got {pos_embed.shape}."
+        )
+    prefix = pos_embed[:, :num_prefix_tokens]
+    grid = pos_embed[0, num_prefix_tokens:]
+    if old_grid is None:
+        side = math.isqrt(grid.shape[0])
+        if side * side != grid.shape[0]:
+            raise ValueError(
+                f"Cannot infer the patch grid of {grid.shape[0]} position embeddings "
+                f"(not a square number); pass old_grid=(rows, cols)."
+            )
+        old_grid = (side, side)
+    old_grid, new_grid = tuple(old_grid), tuple(new_grid)
+    if old_grid == new_grid:
+        return pos_embed
+    grid = resize_grid(grid.reshape(old_grid + (-1,)), new_grid)
+    return np.concatenate([prefix, grid.reshape(1, -1, grid.shape[-1])], axis=1)

@@ -1,0 +1,283 @@
+"""Pretrained weight import: timm state dicts and the original Google `.npz` files.
+
+Every format is first turned into one canonical form, timm's state dict
+(keys such as `blocks.0.attn.qkv.weight`, PyTorch layouts, NumPy arrays),
+and then assigned to the Keras model by one function. Reading needs no
+PyTorch except for pickled `.pth` / `.bin` files.
+"""
+
+import logging
+import os
+
+import numpy as np
+
+from keras_vit.layers import PatchEncoder
+from keras_vit.pos_embed import resample_position_embeddings
+
+logger = logging.getLogger(__name__)
+
+TORCH_SUFFIXES = (".pth", ".pt", ".bin")
+SUFFIXES = (".safetensors", ".npz") + TORCH_SUFFIXES
+
+
+class CheckpointMismatchError(ValueError):
+    """A checkpoint does not fit the model: a key is missing, extra, or of another shape."""
+
+
+def load_weights(model, path):
+    """Loads pretrained weights into a `keras_vit.ViT`.
+
+    Reads timm / Hugging Face state dicts (`.safetensors`, `.pth`, `.pt`,
+    `.bin`) and the original Google ViT and AugReg `.npz` checkpoints.
+    Position embeddings are resampled when the model's patch grid differs
+    from the checkpoint's; the classifier is loaded when the class counts
+    match and left freshly initialised otherwise.
+
+    Args:
+        model: a `keras_vit.ViT`, e.g. from `keras_vit.create_model`.
+        path: the checkpoint file.
+
+    Returns:
+        The model, for chaining.
+
+    Raises:
+        FileNotFoundError: `path` does not exist.
+        ValueError: the file is not a readable checkpoint of a known format.
+        CheckpointMismatchError: the checkpoint does not fit the model; the
+            message names the key and both shapes.
+    """
+    state = read_checkpoint(path)
+    _assign(model, state, source=os.fspath(path))
+    return model
+
+
+def read_checkpoint(path):
+    """Reads a checkpoint file into a timm-style state dict of NumPy arrays."""
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"Checkpoint not found: {path}")
+    if os.path.isdir(path):
+        raise ValueError(f"Expected a checkpoint file but {path} is a directory.")
+    suffix = os.path.splitext(path)[1].lower()
+    if suffix not in SUFFIXES:
+        raise ValueError(
+            f"Unknown checkpoint format {suffix!r} for {path}: expected one of {', '.join(SUFFIXES)}."
+        )
+    try:
+        if suffix == ".safetensors":
+            from safetensors.numpy import load_file
+
+            state = load_file(path)
+        elif suffix == ".npz":
+            with np.load(path, allow_pickle=False) as npz:
+                return _npz_to_timm({k: npz[k] for k in npz.files}, path)
+        else:
+            state = _read_torch(path)
+    except (CheckpointMismatchError, ImportError):
+        raise
+    except Exception as error:
+        raise ValueError(f"Could not read {path} as a {suffix} checkpoint: {error}") from error
+    return _strip_wrappers(state)
+
+
+def _read_torch(path):
+    try:
+        import torch
+    except ImportError as error:
+        raise ImportError(
+            f"Reading {path} needs PyTorch: `pip install torch`, or convert the checkpoint "
+            f"to .safetensors."
+        ) from error
+    # weights_only: never unpickle arbitrary objects from a downloaded file.
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    for wrapper in ("model", "state_dict"):
+        if isinstance(state, dict) and isinstance(state.get(wrapper), dict):
+            state = state[wrapper]
+    return {k: v.float().numpy() for k, v in state.items() if hasattr(v, "numpy")}
+
+
+def _strip_wrappers(state):
+    if state and all(k.startswith("module.") for k in state):
+        state = {k[len("module.") :]: v for k, v in state.items()}
+    return state
+
+
+def _npz_to_timm(w, path):
+    """Converts google-research/vision_transformer `.npz` keys to timm's, as timm's `_load_weights`."""
+    prefix = next((p for p in ("", "opt/target/") if f"{p}embedding/kernel" in w), None)
+    if prefix is None:
+        hint = (
+            " It looks like a big_vision checkpoint, which is not supported."
+            if any(k.startswith("params/") for k in w)
+            else ""
+        )
+        raise CheckpointMismatchError(
+            f"{path} has no 'embedding/kernel': not a Google ViT checkpoint.{hint}"
+        )
+    w = {k[len(prefix) :]: np.asarray(v, dtype=np.float32) for k, v in w.items() if k.startswith(prefix)}
+    used = set()
+
+    def take(key):
+        if key not in w:
+            raise CheckpointMismatchError(f"{path} lacks the key {key!r}.")
+        used.add(key)
+        return w[key]
+
+    state = {
+        "patch_embed.proj.weight": take("embedding/kernel").transpose(3, 2, 0, 1),
+        "patch_embed.proj.bias": take("embedding/bias"),
+        "cls_token": take("cls"),
+        "pos_embed": take("Transformer/posembed_input/pos_embedding"),
+        "norm.weight": take("Transformer/encoder_norm/scale"),
+        "norm.bias": take("Transformer/encoder_norm/bias"),
+    }
+    for npz_name, timm_name in (("head", "head"), ("pre_logits", "pre_logits.fc")):
+        if f"{npz_name}/kernel" in w:
+            state[f"{timm_name}.weight"] = take(f"{npz_name}/kernel").T
+            state[f"{timm_name}.bias"] = take(f"{npz_name}/bias")
+    i = 0
+    while f"Transformer/encoderblock_{i}/LayerNorm_0/scale" in w:
+        src, dst = f"Transformer/encoderblock_{i}/", f"blocks.{i}."
+        mha = src + "MultiHeadDotProductAttention_1/"
+        qkv = [take(f"{mha}{n}/kernel") for n in ("query", "key", "value")]
+        state[dst + "attn.qkv.weight"] = np.concatenate([k.reshape(k.shape[0], -1).T for k in qkv])
+        state[dst + "attn.qkv.bias"] = np.concatenate(
+            [take(f"{mha}{n}/bias").reshape(-1) for n in ("query", "key", "value")]
+        )
+        out = take(f"{mha}out/kernel")  # (heads, head_dim, dim)
+        state[dst + "attn.proj.weight"] = out.reshape(-1, out.shape[-1]).T
+        state[dst + "attn.proj.bias"] = take(f"{mha}out/bias")
+        for ln, name in (("LayerNorm_0", "norm1"), ("LayerNorm_2", "norm2")):
+            state[f"{dst}{name}.weight"] = take(f"{src}{ln}/scale")
+            state[f"{dst}{name}.bias"] = take(f"{src}{ln}/bias")
+        for r in range(2):
+            state[f"{dst}mlp.fc{r + 1}.weight"] = take(f"{src}MlpBlock_3/Dense_{r}/kernel").T
+            state[f"{dst}mlp.fc{r + 1}.bias"] = take(f"{src}MlpBlock_3/Dense_{r}/bias")
+        i += 1
+    unused = sorted(set(w) - used)
+    if unused:
+        raise CheckpointMismatchError(
+            f"{path} has {len(unused)} key(s) that this ViT has no place for, e.g. {unused[:5]}."
+        )
+    return state
+
+
+def _linear(layer, prefix):
+    """(timm key, Keras variable, PyTorch-to-Keras layout) for a Dense layer."""
+    return [(f"{prefix}.weight", layer.kernel, np.transpose), (f"{prefix}.bias", layer.bias, None)]
+
+
+def _norm(layer, prefix):
+    return [(f"{prefix}.weight", layer.gamma, None), (f"{prefix}.bias", layer.beta, None)]
+
+
+def _patch_kernel(weight):
+    return weight.transpose(2, 3, 1, 0)  # (out, in, kh, kw) -> (kh, kw, in, out)
+
+
+def _assign(model, state, source):
+    try:
+        encoder = model.get_layer("patch_encoder")
+    except ValueError:
+        encoder = None
+    if not isinstance(encoder, PatchEncoder):
+        raise TypeError(f"load_weights needs a keras_vit.ViT, got {type(model).__name__}.")
+    state = dict(state)
+    final_norm = "fc_norm" if "fc_norm.weight" in state and "norm.weight" not in state else "norm"
+
+    targets = [
+        ("patch_embed.proj.weight", encoder.projection.kernel, _patch_kernel),
+        ("patch_embed.proj.bias", encoder.projection.bias, None),
+        ("cls_token", encoder.cls_token, None),
+        ("pos_embed", encoder.position_embedding, None),
+    ]
+    for i, block in enumerate(model.blocks):
+        p = f"blocks.{i}"
+        targets += _norm(block.norm1, f"{p}.norm1")
+        targets += _linear(block.attention.qkv, f"{p}.attn.qkv")
+        targets += _linear(block.attention.proj, f"{p}.attn.proj")
+        targets += _norm(block.norm2, f"{p}.norm2")
+        targets += _linear(block.fc1, f"{p}.mlp.fc1")
+        targets += _linear(block.fc2, f"{p}.mlp.fc2")
+    targets += _norm(model.get_layer("norm"), final_norm)
+
+    optional = []  # layers kept freshly initialised when the checkpoint has none that fits
+    if model.representation_size is not None:
+        optional.append(("pre_logits.fc", model.get_layer("pre_logits")))
+    elif any(k.startswith("pre_logits.") for k in state):
+        logger.warning("%s: ignoring the checkpoint's pre-logits layer; the model has none.", source)
+        state = {k: v for k, v in state.items() if not k.startswith("pre_logits.")}
+    if model.include_top:
+        optional.append(("head", model.get_layer("head")))
+    else:
+        state = {k: v for k, v in state.items() if not k.startswith("head.")}
+    for prefix, layer in optional:
+        weight = state.get(f"{prefix}.weight")
+        if weight is not None and weight.shape[0] == layer.kernel.shape[1]:
+            targets += _linear(layer, prefix)
+        else:
+            found = "none" if weight is None else f"{weight.shape[0]} outputs"
+            logger.warning(
+                "%s: %s layer re-initialised: the model has %d outputs, the checkpoint %s.",
+                source, prefix, layer.kernel.shape[1], found,
+            )
+            state.pop(f"{prefix}.weight", None)
+            state.pop(f"{prefix}.bias", None)
+
+    missing = [key for key, _, _ in targets if key not in state]
+    if missing:
+        raise CheckpointMismatchError(
+            f"{source} lacks {len(missing)} key(s) the model needs, e.g. {missing[:5]}. "
+            f"Is it a plain ViT checkpoint of the same depth?"
+        )
+    unused = sorted(set(state) - {key for key, _, _ in targets})
+    if unused:
+        raise CheckpointMismatchError(
+            f"{source} has {len(unused)} key(s) that this ViT has no place for, e.g. {unused[:5]}. "
+            f"Is it a plain ViT checkpoint of the same depth?"
+        )
+
+    values = []
+    for key, variable, to_keras in targets:
+        value = np.asarray(state[key], dtype=np.float32)
+        if key == "pos_embed":
+            value = _fit_position_embeddings(value, encoder, source)
+        elif key == "patch_embed.proj.weight":
+            value = _fit_input_channels(value, encoder.projection.kernel.shape[2])
+        converted = to_keras(value) if to_keras is not None else value
+        if tuple(converted.shape) != tuple(variable.shape):
+            raise CheckpointMismatchError(
+                f"{source}: {key!r} has shape {tuple(value.shape)} in the checkpoint, which is "
+                f"{tuple(converted.shape)} in Keras layout, but the model's {variable.path} has "
+                f"shape {tuple(variable.shape)}."
+            )
+        values.append((variable, converted))
+    # Assign only once everything fits: a failed load leaves the model untouched.
+    for variable, value in values:
+        variable.assign(value.astype(variable.dtype))
+
+
+def _fit_position_embeddings(pos_embed, encoder, source):
+    expected = tuple(encoder.position_embedding.shape)
+    if pos_embed.shape == expected or pos_embed.ndim != 3 or pos_embed.shape[-1] != expected[-1]:
+        return pos_embed  # equal, or a mismatch that the shape check reports
+    prefix = encoder.num_prefix_tokens
+    old_tokens = pos_embed.shape[1] - prefix
+    side = int(round(old_tokens**0.5))
+    if side * side != old_tokens:
+        raise CheckpointMismatchError(
+            f"{source}: 'pos_embed' has shape {pos_embed.shape}, which is no square patch grid "
+            f"plus {prefix} [cls] token; the model's has shape {expected}."
+        )
+    logger.info(
+        "%s: resampling position embeddings from a %dx%d to a %dx%d patch grid.",
+        source, side, side, *encoder.grid_size,
+    )
+    return resample_position_embeddings(pos_embed, encoder.grid_size, (side, side), prefix)
+
+
+def _fit_input_channels(weight, channels):
+    """Sums RGB filters for a grayscale model, as timm's `adapt_input_conv`."""
+    if weight.ndim == 4 and channels == 1 and weight.shape[1] == 3:
+        return weight.sum(axis=1, keepdims=True)
+    return weight
