@@ -1,7 +1,6 @@
 """The ViT model: any configuration, built as a functional Keras model."""
 
 import keras
-import numpy as np
 
 from keras_vit import configs
 from keras_vit.layers import (
@@ -91,6 +90,8 @@ class ViT(keras.Model):
             _check_positive_int(representation_size, "representation_size")
         _check_rate(drop_path_rate, "drop_path_rate")
 
+        # Resolved now, so the model keeps the policy its layers were built with.
+        dtype = keras.dtype_policies.get(dtype) if dtype is not None else keras.config.dtype_policy()
         images = keras.Input(shape=image_size + (channels,), name="images")
         x = PatchEncoder(patch_size, hidden_dim, dropout=dropout, dtype=dtype, name="patch_encoder")(
             images
@@ -130,7 +131,8 @@ class ViT(keras.Model):
                 name="head",
             )(x)
         kwargs.setdefault("name", "vit")
-        super().__init__(inputs=images, outputs=x, dtype=dtype, **kwargs)
+        super().__init__(inputs=images, outputs=x, **kwargs)
+        self.dtype_policy = dtype
 
         # === Config ===
         self.image_size = image_size
@@ -233,7 +235,7 @@ def resize_model(model, image_size):
             target.cls_token.assign(source.cls_token)
             target.position_embedding.assign(
                 resample_position_embeddings(
-                    np.asarray(source.position_embedding),
+                    keras.ops.convert_to_numpy(source.position_embedding),
                     new_grid=target.grid_size,
                     old_grid=source.grid_size,
                     num_prefix_tokens=source.num_prefix_tokens,

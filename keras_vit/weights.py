@@ -46,8 +46,9 @@ def load_weights(model, path):
         CheckpointMismatchError: the checkpoint does not fit the model; the
             message names the key and both shapes.
     """
+    encoder = _patch_encoder(model)
     state = read_checkpoint(path)
-    _assign(model, state, source=os.fspath(path))
+    _assign(model, encoder, state, source=os.fspath(path))
     return model
 
 
@@ -175,13 +176,17 @@ def _patch_kernel(weight):
     return weight.transpose(2, 3, 1, 0)  # (out, in, kh, kw) -> (kh, kw, in, out)
 
 
-def _assign(model, state, source):
+def _patch_encoder(model):
     try:
         encoder = model.get_layer("patch_encoder")
-    except ValueError:
+    except (AttributeError, ValueError):
         encoder = None
-    if not isinstance(encoder, PatchEncoder):
+    if not isinstance(encoder, PatchEncoder) or not hasattr(model, "blocks"):
         raise TypeError(f"load_weights needs a keras_vit.ViT, got {type(model).__name__}.")
+    return encoder
+
+
+def _assign(model, encoder, state, source):
     state = dict(state)
     final_norm = "fc_norm" if "fc_norm.weight" in state and "norm.weight" not in state else "norm"
 

@@ -1,0 +1,198 @@
+import json
+
+import keras
+import numpy as np
+import pytest
+from keras.ops import convert_to_numpy as to_numpy
+
+import keras_vit
+from keras_vit.configs import MODEL_CONFIGS
+
+TIMM_NAMES = [
+    "vit_tiny_patch16_224",
+    "vit_small_patch16_224",
+    "vit_small_patch32_224",
+    "vit_base_patch16_224",
+    "vit_base_patch32_224",
+    "vit_base_patch16_384",
+    "vit_large_patch16_224",
+    "vit_large_patch32_224",
+    "vit_huge_patch14_224",
+]
+
+
+def test_list_models_has_the_timm_names_and_small_image_configs():
+    names = keras_vit.list_models()
+    assert set(TIMM_NAMES) <= set(names)
+    small = [n for n in names if MODEL_CONFIGS[n]["image_size"] == 32]
+    assert {MODEL_CONFIGS[n]["patch_size"] for n in small} == {2, 4}
+
+
+def test_unknown_config_name_is_a_clear_error_with_suggestions():
+    with pytest.raises(ValueError, match=r"Unknown model config 'vit_base_patch16_244'.*vit_base_patch16_224"):
+        keras_vit.create_model("vit_base_patch16_244")
+
+
+def test_unknown_override_is_a_clear_error():
+    with pytest.raises(TypeError, match=r"unknown argument\(s\) \['num_class'\]"):
+        keras_vit.create_model("vit_mini_patch4_32", num_class=10)
+
+
+def test_overrides_change_the_model(images):
+    model = keras_vit.create_model(
+        "vit_mini_patch4_32", num_classes=7, dropout=0.1, drop_path_rate=0.2, pooling="gap"
+    )
+    assert model(images).shape == (2, 7)
+    assert model.get_layer("pooling").mode == "gap"
+    rates = [block.drop_path_rate for block in model.blocks]
+    np.testing.assert_allclose(rates, np.linspace(0, 0.2, 6))
+
+    gray = keras_vit.create_model("vit_mini_patch4_32", channels=1, image_size=48, include_top=False)
+    assert gray(np.zeros((3, 48, 48, 1), "float32")).shape == (3, 192)
+
+
+def test_invalid_architectures_name_the_problem():
+    with pytest.raises(ValueError, match=r"36x36.*patch size 16"):
+        keras_vit.create_model("vit_tiny_patch16_224", image_size=36)
+    with pytest.raises(ValueError, match=r"num_heads=5 does not divide hidden_dim=192"):
+        keras_vit.create_model("vit_tiny_patch16_224", num_heads=5)
+    with pytest.raises(ValueError, match=r"drop_path_rate must be in \[0, 1\)"):
+        keras_vit.create_model("vit_tiny_patch16_224", drop_path_rate=1.5)
+
+
+def test_wrong_image_size_names_both_shapes(tiny_config):
+    model = keras_vit.ViT(**tiny_config)
+    with pytest.raises(ValueError, match=r"expected shape=\(None, 32, 32, 3\), found shape=\(1, 64, 64, 3\)"):
+        model(np.zeros((1, 64, 64, 3), "float32"))
+
+
+def _timm_parameter_count(name):
+    timm = pytest.importorskip("timm")
+    torch = pytest.importorskip("torch")
+    from timm.models.vision_transformer import VisionTransformer
+
+    config = MODEL_CONFIGS[name]
+    with torch.device("meta"):  # shapes only: even ViT-H costs nothing
+        if name in timm.list_models():
+            model = timm.create_model(name, pretrained=False, num_classes=1000)
+        else:
+            model = VisionTransformer(
+                img_size=config["image_size"],
+                patch_size=config["patch_size"],
+                embed_dim=config["hidden_dim"],
+                depth=config["depth"],
+                num_heads=config["num_heads"],
+                mlp_ratio=config["mlp_dim"] / config["hidden_dim"],
+                num_classes=1000,
+            )
+    return sum(p.numel() for p in model.parameters())
+
+
+@pytest.mark.parametrize("name", sorted(MODEL_CONFIGS))
+def test_parameter_count_equals_timm(name):
+    assert keras_vit.parameter_count(name) == _timm_parameter_count(name)
+
+
+def test_vit_base_patch16_224_has_timms_parameter_count():
+    model = keras_vit.create_model("vit_base_patch16_224")
+    assert model.count_params() == 86_567_656
+
+
+@pytest.mark.parametrize(
+    "name,overrides",
+    [
+        ("vit_tiny_patch16_224", {}),
+        ("vit_small_patch32_224", {"num_classes": 10}),
+        ("vit_mini_patch4_32", {"pooling": "gap", "channels": 1}),
+        ("vit_mini_patch4_32", {"representation_size": 64, "image_size": 48}),
+        ("vit_mini_patch4_32", {"include_top": False}),
+    ],
+)
+def test_analytic_parameter_count_equals_the_built_model(name, overrides):
+    model = keras_vit.create_model(name, **overrides)
+    assert model.count_params() == keras_vit.parameter_count(model)
+    assert keras_vit.parameter_count(name, **overrides) == model.count_params()
+
+
+@pytest.mark.parametrize("name", ["vit_tiny_patch16_224", "vit_small_patch32_224", "vit_mini_patch4_32"])
+def test_forward_flops_equal_pytorchs_flop_counter_on_timm(name):
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("timm")
+    from timm.models.vision_transformer import VisionTransformer
+    from torch.utils.flop_counter import FlopCounterMode
+
+    c = MODEL_CONFIGS[name]
+    with torch.device("meta"):
+        model = VisionTransformer(
+            img_size=c["image_size"], patch_size=c["patch_size"], embed_dim=c["hidden_dim"],
+            depth=c["depth"], num_heads=c["num_heads"], mlp_ratio=c["mlp_dim"] / c["hidden_dim"],
+        ).eval()
+        counter = FlopCounterMode(display=False)
+        with counter, torch.no_grad():
+            model(torch.empty(1, 3, c["image_size"], c["image_size"]))
+    assert keras_vit.forward_flops(name) == counter.get_total_flops()
+    assert keras_vit.training_flops(name) == 3 * counter.get_total_flops()
+
+
+def test_keras_round_trip_gives_identical_outputs(tmp_path, tiny_config, images):
+    model = keras_vit.ViT(
+        **tiny_config, pooling="gap", representation_size=16, dropout=0.1, drop_path_rate=0.1,
+        classifier_activation="softmax",
+    )
+    path = tmp_path / "vit.keras"
+    model.save(path)
+    restored = keras.models.load_model(path)
+    assert isinstance(restored, keras_vit.ViT)
+    assert restored.get_config() == model.get_config()
+    np.testing.assert_array_equal(to_numpy(restored(images)), to_numpy(model(images)))
+    np.testing.assert_allclose(to_numpy(restored(images)).sum(-1), 1.0, atol=1e-5)
+
+
+def test_get_config_is_json_and_rebuilds_the_same_architecture(tiny_config):
+    model = keras_vit.ViT(**tiny_config, dtype="mixed_bfloat16")
+    config = json.loads(json.dumps(model.get_config()))
+    rebuilt = keras_vit.ViT.from_config(config)
+    assert rebuilt.get_config() == model.get_config()
+    assert rebuilt.dtype_policy.name == "mixed_bfloat16"
+
+
+def test_resize_model_resamples_positions_and_keeps_other_weights(tiny_config, images):
+    model = keras_vit.ViT(**tiny_config)
+    bigger = keras_vit.resize_model(model, 48)
+    assert bigger(np.zeros((2, 48, 48, 3), "float32")).shape == (2, 10)
+    old = to_numpy(model.get_layer("patch_encoder").position_embedding)
+    new = to_numpy(bigger.get_layer("patch_encoder").position_embedding)
+    assert new.shape == (1, 1 + 12 * 12, 32)
+    np.testing.assert_allclose(new, keras_vit.resample_position_embeddings(old, (12, 12)))
+    np.testing.assert_array_equal(to_numpy(bigger.get_layer("head").kernel), to_numpy(model.get_layer("head").kernel))
+    # Back at the original size nothing is resampled: the same function.
+    same = keras_vit.resize_model(model, 32)
+    np.testing.assert_array_equal(to_numpy(same(images)), to_numpy(model(images)))
+
+
+@pytest.mark.parametrize("policy", ["mixed_bfloat16", "mixed_float16"])
+def test_mixed_precision_keeps_float32_weights_and_logits(tiny_config, images, policy):
+    reference = keras_vit.ViT(**tiny_config)
+    keras.config.set_dtype_policy(policy)
+    mixed = keras_vit.ViT(**tiny_config)
+    mixed.set_weights(reference.get_weights())
+    out = mixed(images)
+    assert keras.backend.standardize_dtype(out.dtype) == "float32"
+    assert mixed.get_layer("block_0").fc1.compute_dtype == policy.split("_")[1]
+    assert all(keras.backend.standardize_dtype(w.dtype) == "float32" for w in mixed.weights)
+    np.testing.assert_allclose(to_numpy(out), to_numpy(reference(images)), atol=0.05)
+
+
+def test_a_tiny_vit_learns_under_fit(tiny_config):
+    keras.utils.set_random_seed(0)
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(16, 32, 32, 3)).astype("float32")
+    y = rng.integers(0, 10, size=16)
+    model = keras_vit.ViT(**tiny_config, drop_path_rate=0.1)
+    model.compile(
+        optimizer=keras.optimizers.AdamW(3e-3),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    )
+    history = model.fit(x, y, batch_size=8, epochs=30, verbose=0)
+    losses = history.history["loss"]
+    assert losses[-1] < 0.25 * losses[0]  # memorises 16 random images: gradients reach every layer

@@ -1,0 +1,232 @@
+"""Weight import, verified against timm (code we did not write) on random weights.
+
+Nothing is downloaded: each test builds a timm model with pretrained=False,
+saves it in a checkpoint format, and compares both models' logits.
+"""
+
+import logging
+
+import keras
+import numpy as np
+import pytest
+from keras.ops import convert_to_numpy as to_numpy
+
+import keras_vit
+from keras_vit import CheckpointMismatchError
+
+timm = pytest.importorskip("timm")
+torch = pytest.importorskip("torch")
+safetensors_torch = pytest.importorskip("safetensors.torch")
+from timm.models.vision_transformer import (  # noqa: E402
+    VisionTransformer,
+    _load_weights,
+    checkpoint_filter_fn,
+)
+from timm.layers import resample_abs_pos_embed  # noqa: E402
+
+PARITY_TOLERANCE = 1e-4  # float32, max absolute difference of logits
+
+
+def _timm_model(name, seed=0, **kwargs):
+    torch.manual_seed(seed)
+    return timm.create_model(name, pretrained=False, **kwargs).eval()
+
+
+def _timm_logits(model, images):
+    with torch.no_grad():
+        return model(torch.from_numpy(images).permute(0, 3, 1, 2)).numpy()
+
+
+def _images(size, batch=2, seed=0):
+    return np.random.default_rng(seed).normal(size=(batch, size, size, 3)).astype("float32")
+
+
+def _save_safetensors(model, path):
+    safetensors_torch.save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(path))
+    return path
+
+
+def _save_npz(model, path):
+    """Writes a timm ViT in the original google-research/vision_transformer layout."""
+    sd = {k: v.detach().numpy() for k, v in model.state_dict().items()}
+    dim = sd["cls_token"].shape[-1]
+    heads = model.blocks[0].attn.num_heads
+    w = {
+        "embedding/kernel": sd["patch_embed.proj.weight"].transpose(2, 3, 1, 0),
+        "embedding/bias": sd["patch_embed.proj.bias"],
+        "cls": sd["cls_token"],
+        "Transformer/posembed_input/pos_embedding": sd["pos_embed"],
+        "Transformer/encoder_norm/scale": sd["norm.weight"],
+        "Transformer/encoder_norm/bias": sd["norm.bias"],
+        "head/kernel": sd["head.weight"].T,
+        "head/bias": sd["head.bias"],
+    }
+    for i in range(len(model.blocks)):
+        src, dst = f"blocks.{i}.", f"Transformer/encoderblock_{i}/"
+        mha = dst + "MultiHeadDotProductAttention_1/"
+        for n, q in zip(("query", "key", "value"), np.split(sd[src + "attn.qkv.weight"], 3)):
+            w[f"{mha}{n}/kernel"] = q.T.reshape(dim, heads, dim // heads)
+        for n, b in zip(("query", "key", "value"), np.split(sd[src + "attn.qkv.bias"], 3)):
+            w[f"{mha}{n}/bias"] = b.reshape(heads, dim // heads)
+        w[f"{mha}out/kernel"] = sd[src + "attn.proj.weight"].T.reshape(heads, dim // heads, dim)
+        w[f"{mha}out/bias"] = sd[src + "attn.proj.bias"]
+        for ln, name in (("LayerNorm_0", "norm1"), ("LayerNorm_2", "norm2")):
+            w[f"{dst}{ln}/scale"] = sd[f"{src}{name}.weight"]
+            w[f"{dst}{ln}/bias"] = sd[f"{src}{name}.bias"]
+        for r in range(2):
+            w[f"{dst}MlpBlock_3/Dense_{r}/kernel"] = sd[f"{src}mlp.fc{r + 1}.weight"].T
+            w[f"{dst}MlpBlock_3/Dense_{r}/bias"] = sd[f"{src}mlp.fc{r + 1}.bias"]
+    np.savez(path, **w)
+    return path
+
+
+def _max_diff(a, b):
+    return float(np.max(np.abs(np.asarray(a) - np.asarray(b))))
+
+
+PARITY_NAMES = ["vit_tiny_patch16_224", "vit_small_patch32_224", "vit_base_patch16_224"]
+
+
+@pytest.mark.parametrize("name", PARITY_NAMES)
+def test_safetensors_from_timm_give_timms_logits(name, tmp_path):
+    reference = _timm_model(name)
+    model = keras_vit.load_weights(
+        keras_vit.create_model(name), _save_safetensors(reference, tmp_path / "model.safetensors")
+    )
+    images = _images(224)
+    expected = _timm_logits(reference, images)
+    assert np.abs(expected).max() > 0.1  # a real signal, not zeros on both sides
+    assert _max_diff(model(images), expected) <= PARITY_TOLERANCE
+
+
+@pytest.mark.parametrize("name", PARITY_NAMES)
+def test_npz_read_by_timms_own_loader_and_ours_give_the_same_logits(name, tmp_path):
+    path = _save_npz(_timm_model(name, seed=1), tmp_path / "model.npz")
+    reference = _timm_model(name, seed=2)
+    _load_weights(reference, str(path))  # timm's reader of the Google format
+    model = keras_vit.load_weights(keras_vit.create_model(name), path)
+    images = _images(224, seed=1)
+    assert _max_diff(model(images), _timm_logits(reference, images)) <= PARITY_TOLERANCE
+
+
+def test_pth_training_checkpoint_with_a_model_wrapper(tmp_path):
+    reference = _timm_model("vit_tiny_patch16_224", seed=3)
+    path = tmp_path / "checkpoint.pth"
+    torch.save({"model": reference.state_dict(), "epoch": 3}, path)
+    model = keras_vit.load_weights(keras_vit.create_model("vit_tiny_patch16_224"), path)
+    images = _images(224, seed=2)
+    assert _max_diff(model(images), _timm_logits(reference, images)) <= PARITY_TOLERANCE
+
+
+def test_resized_position_embeddings_match_timms_resampling(tmp_path):
+    """A 224 checkpoint loaded at 384: timm's checkpoint_filter_fn against our loader.
+
+    Both resample with antialiased bicubic interpolation (ours in float64 NumPy,
+    timm's in float32 PyTorch), so the embeddings agree to float32 rounding
+    (about 1e-7 here) and the logits to the same 1e-4 as the plain parity tests.
+    """
+    source = _timm_model("vit_tiny_patch16_224", seed=4)
+    reference = _timm_model("vit_tiny_patch16_384", seed=5)
+    reference.load_state_dict(checkpoint_filter_fn(source.state_dict(), reference))
+    model = keras_vit.load_weights(
+        keras_vit.create_model("vit_tiny_patch16_384"), _save_safetensors(source, tmp_path / "m.safetensors")
+    )
+    ours = to_numpy(model.get_layer("patch_encoder").position_embedding)
+    assert ours.shape == (1, 1 + 24 * 24, 192)
+    assert _max_diff(ours, reference.pos_embed.detach().numpy()) <= 1e-6
+    images = _images(384, seed=3)
+    assert _max_diff(model(images), _timm_logits(reference, images)) <= PARITY_TOLERANCE
+
+
+@pytest.mark.parametrize("old,new", [((14, 14), (7, 10)), ((4, 4), (12, 12)), ((6, 9), (5, 5))])
+def test_resampling_matches_timm_when_shrinking_and_on_non_square_grids(old, new):
+    pos = np.random.default_rng(0).normal(size=(1, 1 + old[0] * old[1], 8)).astype("float32")
+    expected = resample_abs_pos_embed(torch.from_numpy(pos), new_size=new, old_size=old).numpy()
+    ours = keras_vit.resample_position_embeddings(pos, new, old)
+    assert ours.shape == expected.shape
+    assert _max_diff(ours, expected) <= 1e-5
+    np.testing.assert_array_equal(ours[:, 0], pos[:, 0])
+
+
+def _small_timm(**kwargs):
+    torch.manual_seed(6)
+    args = dict(img_size=32, patch_size=4, embed_dim=32, depth=2, num_heads=4, mlp_ratio=2, num_classes=10)
+    args.update(kwargs)
+    return VisionTransformer(**args).eval()
+
+
+def test_gap_pooling_matches_timms_avg_pool_with_fc_norm(tmp_path, tiny_config, images):
+    reference = _small_timm(global_pool="avg")
+    assert "fc_norm.weight" in reference.state_dict()
+    model = keras_vit.ViT(**tiny_config, pooling="gap")
+    keras_vit.load_weights(model, _save_safetensors(reference, tmp_path / "gap.safetensors"))
+    assert _max_diff(model(images), _timm_logits(reference, images)) <= PARITY_TOLERANCE
+
+
+def test_a_new_class_count_keeps_the_backbone_and_reinitialises_the_head(tmp_path, tiny_config, images, caplog):
+    reference = _small_timm(num_classes=1000)
+    path = _save_safetensors(reference, tmp_path / "in1k.safetensors")
+    model = keras_vit.ViT(**tiny_config)  # 10 classes
+    head_before = to_numpy(model.get_layer("head").kernel).copy()
+    with caplog.at_level(logging.WARNING, logger="keras_vit.weights"):
+        keras_vit.load_weights(model, path)
+    assert "head layer re-initialised: the model has 10 outputs, the checkpoint 1000 outputs" in caplog.text
+    np.testing.assert_array_equal(to_numpy(model.get_layer("head").kernel), head_before)
+
+    features = keras_vit.ViT(**tiny_config, include_top=False)
+    keras_vit.load_weights(features, path)
+    with torch.no_grad():
+        x = torch.from_numpy(images).permute(0, 3, 1, 2)
+        expected = reference.forward_head(reference.forward_features(x), pre_logits=True).numpy()
+    assert _max_diff(features(images), expected) <= PARITY_TOLERANCE
+
+
+def test_grayscale_model_sums_the_rgb_filters(tmp_path, tiny_config):
+    reference = _small_timm()
+    model = keras_vit.ViT(**dict(tiny_config, channels=1))
+    keras_vit.load_weights(model, _save_safetensors(reference, tmp_path / "rgb.safetensors"))
+    rgb = reference.patch_embed.proj.weight.detach().numpy()
+    expected = rgb.sum(axis=1, keepdims=True).transpose(2, 3, 1, 0)
+    np.testing.assert_allclose(to_numpy(model.get_layer("patch_encoder").projection.kernel), expected, atol=1e-6)
+
+
+def test_a_checkpoint_of_another_width_names_the_key_and_both_shapes(tmp_path, tiny_config):
+    path = _save_safetensors(_small_timm(embed_dim=48, num_heads=4), tmp_path / "wide.safetensors")
+    model = keras_vit.ViT(**tiny_config)
+    before = [to_numpy(w).copy() for w in model.weights]
+    with pytest.raises(CheckpointMismatchError, match=r"'patch_embed.proj.weight' has shape \(48, 3, 4, 4\).*\(4, 4, 3, 32\)"):
+        keras_vit.load_weights(model, path)
+    # Nothing was assigned: a failed load leaves the model as it was.
+    for old, new in zip(before, model.weights):
+        np.testing.assert_array_equal(old, to_numpy(new))
+
+
+def test_missing_and_extra_keys_are_named(tmp_path, tiny_config):
+    state = {k: v.contiguous() for k, v in _small_timm().state_dict().items()}
+    missing = dict(state)
+    del missing["blocks.1.mlp.fc2.bias"]
+    safetensors_torch.save_file(missing, str(tmp_path / "missing.safetensors"))
+    with pytest.raises(CheckpointMismatchError, match=r"lacks 1 key\(s\).*blocks\.1\.mlp\.fc2\.bias"):
+        keras_vit.load_weights(keras_vit.ViT(**tiny_config), tmp_path / "missing.safetensors")
+
+    deeper = {k: v.contiguous() for k, v in _small_timm(depth=3).state_dict().items()}
+    safetensors_torch.save_file(deeper, str(tmp_path / "deeper.safetensors"))
+    with pytest.raises(CheckpointMismatchError, match=r"no place for.*blocks\.2\."):
+        keras_vit.load_weights(keras_vit.ViT(**tiny_config), tmp_path / "deeper.safetensors")
+
+
+def test_bad_paths_and_files_get_clear_errors(tmp_path, tiny_config):
+    model = keras_vit.ViT(**tiny_config)
+    with pytest.raises(FileNotFoundError, match="Checkpoint not found: .*nope.safetensors"):
+        keras_vit.load_weights(model, tmp_path / "nope.safetensors")
+    (tmp_path / "weights.h5").write_bytes(b"x")
+    with pytest.raises(ValueError, match=r"Unknown checkpoint format '\.h5'"):
+        keras_vit.load_weights(model, tmp_path / "weights.h5")
+    (tmp_path / "broken.safetensors").write_bytes(b"not a safetensors file")
+    with pytest.raises(ValueError, match=r"Could not read .*broken.safetensors as a \.safetensors checkpoint"):
+        keras_vit.load_weights(model, tmp_path / "broken.safetensors")
+    np.savez(tmp_path / "other.npz", **{"params/img/embedding/kernel": np.zeros(1)})
+    with pytest.raises(CheckpointMismatchError, match="big_vision checkpoint, which is not supported"):
+        keras_vit.load_weights(model, tmp_path / "other.npz")
+    with pytest.raises(TypeError, match="needs a keras_vit.ViT"):
+        keras_vit.load_weights(keras.Sequential([keras.Input((2,)), keras.layers.Dense(2)]), tmp_path / "other.npz")
