@@ -1,0 +1,60 @@
+import json
+import subprocess
+import sys
+
+import pytest
+
+import keras_vit
+from keras_vit.cli import main
+
+
+def test_models_lists_every_config_with_timms_parameter_count(capsys):
+    assert main(["models"]) == 0
+    out = capsys.readouterr().out
+    for name in keras_vit.list_models():
+        assert name in out
+    line = next(line for line in out.splitlines() if line.startswith("vit_base_patch16_224 "))
+    assert "86,567,656" in line and "35.13" in line
+
+
+def test_models_json_uses_the_analytic_counts(capsys):
+    assert main(["models", "--json", "--num-classes", "10"]) == 0
+    rows = {row["name"]: row for row in json.loads(capsys.readouterr().out)}
+    assert set(rows) == set(keras_vit.list_models())
+    row = rows["vit_tiny_patch16_224"]
+    assert row["params"] == keras_vit.parameter_count("vit_tiny_patch16_224", num_classes=10)
+    assert row["gflops"] == pytest.approx(keras_vit.forward_flops("vit_tiny_patch16_224", num_classes=10) / 1e9)
+
+
+def test_bad_arguments_exit_with_status_2(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["no-such-command"])
+    assert exit_info.value.code == 2
+    assert main(["models", "--num-classes", "0"]) == 2
+    assert "--num-classes must be at least 1" in capsys.readouterr().err
+
+
+def test_listing_models_does_not_load_tensorflow():
+    """The CLI's listing and keras_vit's import stay fast: TensorFlow loads on first use."""
+    code = (
+        "import sys; from keras_vit.cli import main; main(['models']); "
+        "print('LOADED' if 'tensorflow' in sys.modules else 'NOT LOADED')"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip().endswith("NOT LOADED")
+
+
+def test_python_dash_m_runs_the_cli():
+    result = subprocess.run(
+        [sys.executable, "-m", "keras_vit", "models", "--json"], capture_output=True, text=True, check=True
+    )
+    assert len(json.loads(result.stdout)) == len(keras_vit.list_models())
+
+
+def test_the_keras_vit_console_script_is_installed():
+    from pathlib import Path
+
+    script = Path(sys.executable).with_name("keras-vit")
+    assert script.exists(), f"{script} missing: install the package with `pip install -e .`"
+    result = subprocess.run([str(script), "models"], capture_output=True, text=True, check=True)
+    assert "vit_huge_patch14_224" in result.stdout
