@@ -6,8 +6,10 @@ and then assigned to the Keras model by one function. Reading needs no
 PyTorch except for pickled `.pth` / `.bin` files.
 """
 
+import json
 import logging
 import os
+import re
 
 import numpy as np
 
@@ -66,9 +68,7 @@ def read_checkpoint(path):
         )
     try:
         if suffix == ".safetensors":
-            from safetensors.numpy import load_file
-
-            state = load_file(path)
+            state = _read_safetensors(path)
         elif suffix == ".npz":
             with np.load(path, allow_pickle=False) as npz:
                 return _npz_to_timm({k: npz[k] for k in npz.files}, path)
@@ -78,7 +78,42 @@ def read_checkpoint(path):
         raise
     except Exception as error:
         raise ValueError(f"Could not read {path} as a {suffix} checkpoint: {error}") from error
-    return _strip_wrappers(state)
+    state = _strip_wrappers(state)
+    if any(k.endswith("embeddings.cls_token") for k in state):
+        state = _transformers_to_timm(state)
+    return state
+
+
+_SAFETENSORS_DTYPES = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "BF16": "<u2", "I64": "<i8", "I32": "<i4"}
+
+
+def _read_safetensors(path):
+    """Reads a `.safetensors` file into float32 arrays, bfloat16 included.
+
+    The format is a little-endian u64 header length, a JSON header of
+    {name: {dtype, shape, data_offsets}}, then the raw data. NumPy has no
+    bfloat16, which the safetensors package's NumPy reader rejects; a bfloat16
+    is the upper half of a float32, so it widens exactly.
+    """
+    with open(path, "rb") as f:
+        data = f.read()
+    header_size = int.from_bytes(data[:8], "little")
+    if len(data) < 8 or 8 + header_size > len(data):
+        raise ValueError("the file is shorter than its header says; it may be truncated")
+    header = json.loads(data[8 : 8 + header_size])
+    body = memoryview(data)[8 + header_size :]
+    state = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        if info["dtype"] not in _SAFETENSORS_DTYPES:
+            raise ValueError(f"tensor {name!r} has unsupported dtype {info['dtype']}")
+        start, stop = info["data_offsets"]
+        array = np.frombuffer(body[start:stop], dtype=_SAFETENSORS_DTYPES[info["dtype"]])
+        if info["dtype"] == "BF16":
+            array = (array.astype(np.uint32) << 16).view(np.float32)
+        state[name] = array.reshape(info["shape"]).astype(np.float32)
+    return state
 
 
 def _read_torch(path):
@@ -101,6 +136,51 @@ def _strip_wrappers(state):
     if state and all(k.startswith("module.") for k in state):
         state = {k[len("module.") :]: v for k, v in state.items()}
     return state
+
+
+# Hugging Face transformers' ViT names (hub files use the first form, transformers 5's
+# modules the second), as regular expressions over the key without its "vit." prefix.
+_TRANSFORMERS_RENAMES = [
+    (r"^embeddings\.cls_token$", "cls_token"),
+    (r"^embeddings\.position_embeddings$", "pos_embed"),
+    (r"^embeddings\.patch_embeddings\.projection\.", "patch_embed.proj."),
+    (r"^(?:encoder\.layer|layers)\.(\d+)\.layernorm_before\.", r"blocks.\1.norm1."),
+    (r"^(?:encoder\.layer|layers)\.(\d+)\.layernorm_after\.", r"blocks.\1.norm2."),
+    (r"^(?:encoder\.layer|layers)\.(\d+)\.attention\.(?:attention\.)?(query|key|value|[qkv]_proj)\.",
+     r"blocks.\1.attn.\2."),
+    (r"^(?:encoder\.layer|layers)\.(\d+)\.attention\.(?:output\.dense|o_proj)\.", r"blocks.\1.attn.proj."),
+    (r"^(?:encoder\.layer\.(\d+)\.intermediate\.dense|layers\.(\d+)\.mlp\.fc1)\.", r"blocks.\1\2.mlp.fc1."),
+    (r"^(?:encoder\.layer\.(\d+)\.output\.dense|layers\.(\d+)\.mlp\.fc2)\.", r"blocks.\1\2.mlp.fc2."),
+    (r"^layernorm\.", "norm."),
+    (r"^pooler\.dense\.", "pre_logits.fc."),
+    (r"^classifier\.", "head."),
+]
+
+
+def _transformers_to_timm(state):
+    """Converts a transformers `ViTModel` / `ViTForImageClassification` state dict to timm's."""
+    renamed = {}
+    for key, value in state.items():
+        key = key[len("vit.") :] if key.startswith("vit.") else key
+        for pattern, replacement in _TRANSFORMERS_RENAMES:
+            key, count = re.subn(pattern, replacement, key)
+            if count:
+                break
+        renamed[key] = value
+    # Separate query, key and value projections become timm's fused qkv.
+    names = {"query": "q_proj", "key": "k_proj", "value": "v_proj"}
+    for key in [k for k in renamed if re.fullmatch(r"blocks\.\d+\.attn\.(query|q_proj)\.(weight|bias)", k)]:
+        block, _, kind = key.rsplit(".", 2)
+        parts = []
+        for part in ("query", "key", "value"):
+            part_key = next(
+                (f"{block}.{n}.{kind}" for n in (part, names[part]) if f"{block}.{n}.{kind}" in renamed), None
+            )
+            if part_key is None:
+                raise CheckpointMismatchError(f"{block} has a query but no {part} projection.")
+            parts.append(renamed.pop(part_key))
+        renamed[f"{block}.qkv.{kind}"] = np.concatenate(parts)
+    return renamed
 
 
 def _npz_to_timm(w, path):

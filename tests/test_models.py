@@ -196,3 +196,15 @@ def test_a_tiny_vit_learns_under_fit(tiny_config):
     history = model.fit(x, y, batch_size=8, epochs=30, verbose=0)
     losses = history.history["loss"]
     assert losses[-1] < 0.25 * losses[0]  # memorises 16 random images: gradients reach every layer
+
+
+def test_converts_to_tflite_with_builtin_ops_only(tmp_path, tiny_config):
+    """Guards the layers against ops that would need Flex (e.g. `x[:, None]`)."""
+    import tensorflow as tf
+
+    model = keras_vit.ViT(**tiny_config, pooling="gap", representation_size=16)
+    model.export(str(tmp_path / "saved_model"), format="tf_saved_model", verbose=False)
+    converter = tf.lite.TFLiteConverter.from_saved_model(str(tmp_path / "saved_model"))
+    converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]  # fails on any Flex op
+    flatbuffer = converter.convert()
+    assert b"Flex" not in flatbuffer and len(flatbuffer) > model.count_params() * 4

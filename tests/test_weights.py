@@ -230,3 +230,38 @@ def test_bad_paths_and_files_get_clear_errors(tmp_path, tiny_config):
         keras_vit.load_weights(model, tmp_path / "other.npz")
     with pytest.raises(TypeError, match="needs a keras_vit.ViT"):
         keras_vit.load_weights(keras.Sequential([keras.Input((2,)), keras.layers.Dense(2)]), tmp_path / "other.npz")
+
+
+@pytest.mark.parametrize("pooler", [False, True])
+def test_hugging_face_transformers_checkpoints_give_transformers_logits(tmp_path, tiny_config, images, pooler):
+    """`save_pretrained` writes the hub's key names (google/vit-base-patch16-224 and kin)."""
+    transformers = pytest.importorskip("transformers")
+    config = transformers.ViTConfig(
+        image_size=32, patch_size=4, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+        intermediate_size=64, num_labels=10, layer_norm_eps=1e-12,
+    )
+    torch.manual_seed(7)
+    if pooler:  # ViTModel's pooler (Dense + tanh on [cls]) is the paper's pre-logits layer
+        reference = transformers.ViTModel(config, add_pooling_layer=True).eval()
+        model = keras_vit.ViT(**dict(tiny_config, include_top=False), representation_size=32, layer_norm_epsilon=1e-12)
+    else:
+        reference = transformers.ViTForImageClassification(config).eval()
+        model = keras_vit.ViT(**tiny_config, layer_norm_epsilon=1e-12)
+    reference.save_pretrained(tmp_path)
+    keras_vit.load_weights(model, tmp_path / "model.safetensors")
+    with torch.no_grad():
+        output = reference(pixel_values=torch.from_numpy(images).permute(0, 3, 1, 2))
+    expected = (output.pooler_output if pooler else output.logits).numpy()
+    assert _max_diff(model(images), expected) <= PARITY_TOLERANCE
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_safetensors_load_exactly(tmp_path, tiny_config, images, dtype):
+    reference = _small_timm().to(dtype)
+    path = _save_safetensors(reference, tmp_path / "half.safetensors")
+    model = keras_vit.load_weights(keras_vit.ViT(**tiny_config), path)
+    expected = reference.patch_embed.proj.weight.float().detach().numpy().transpose(2, 3, 1, 0)
+    np.testing.assert_array_equal(to_numpy(model.get_layer("patch_encoder").projection.kernel), expected)
+    with torch.no_grad():
+        logits = reference.float()(torch.from_numpy(images).permute(0, 3, 1, 2)).numpy()
+    assert _max_diff(model(images), logits) <= PARITY_TOLERANCE
