@@ -2,6 +2,7 @@
 
 import argparse
 import json
+import os
 import sys
 
 
@@ -29,7 +30,8 @@ def _models(args):
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
-    header = f"{'name':<24} {'size':>5} {'patch':>5} {'width':>5} {'depth':>5} {'heads':>5} {'params':>13} {'GFLOPs':>8}"
+    columns = ("size", "patch", "width", "depth", "heads")
+    header = f"{'name':<24} " + " ".join(f"{c:>5}" for c in columns) + f" {'params':>13} {'GFLOPs':>8}"
     print(header)
     print("-" * len(header))
     for r in rows:
@@ -67,4 +69,9 @@ def main(argv=None):
     if getattr(args, "num_classes", None) is not None and args.num_classes < 1:
         print(f"keras-vit: error: --num-classes must be at least 1, got {args.num_classes}", file=sys.stderr)
         return 2
-    return args.run(args)
+    try:
+        return args.run(args)
+    except BrokenPipeError:
+        # `keras-vit models | head`: the reader left early, which is no error.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0

@@ -154,9 +154,7 @@ class PatchEncoder(keras.layers.Layer):
             )
         x = self.projection(images)
         x = ops.reshape(x, (-1, self.num_patches, self.hidden_dim))
-        cls = ops.broadcast_to(
-            ops.cast(self.cls_token, x.dtype), (ops.shape(x)[0], 1, self.hidden_dim)
-        )
+        cls = ops.broadcast_to(ops.cast(self.cls_token, x.dtype), (ops.shape(x)[0], 1, self.hidden_dim))
         x = ops.concatenate([cls, x], axis=1)
         x = x + ops.cast(self.position_embedding, x.dtype)
         return self.dropout_layer(x, training=training)
@@ -167,9 +165,7 @@ class PatchEncoder(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        config.update(
-            {"patch_size": self.patch_size, "hidden_dim": self.hidden_dim, "dropout": self.dropout}
-        )
+        config.update({"patch_size": self.patch_size, "hidden_dim": self.hidden_dim, "dropout": self.dropout})
         return config
 
 

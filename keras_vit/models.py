@@ -93,9 +93,7 @@ class ViT(keras.Model):
         # Resolved now, so the model keeps the policy its layers were built with.
         dtype = keras.dtype_policies.get(dtype) if dtype is not None else keras.config.dtype_policy()
         images = keras.Input(shape=image_size + (channels,), name="images")
-        x = PatchEncoder(patch_size, hidden_dim, dropout=dropout, dtype=dtype, name="patch_encoder")(
-            images
-        )
+        x = PatchEncoder(patch_size, hidden_dim, dropout=dropout, dtype=dtype, name="patch_encoder")(images)
         for i in range(depth):
             x = TransformerBlock(
                 hidden_dim,
@@ -229,7 +227,7 @@ def resize_model(model, image_size):
     config = model.get_config()
     config["image_size"] = list(_pair(image_size, "image_size"))
     resized = ViT.from_config(config)
-    for source, target in zip(model.layers, resized.layers):
+    for source, target in zip(model.layers, resized.layers, strict=True):
         if isinstance(source, PatchEncoder):
             target.projection.set_weights(source.projection.get_weights())
             target.cls_token.assign(source.cls_token)

@@ -55,9 +55,7 @@ def resample_position_embeddings(pos_embed, new_grid, old_grid=None, num_prefix_
     """
     pos_embed = np.asarray(pos_embed)
     if pos_embed.ndim != 3 or pos_embed.shape[0] != 1:
-        raise ValueError(
-            f"Position embeddings must have shape (1, tokens, dim), got {pos_embed.shape}."
-        )
+        raise ValueError(f"Position embeddings must have shape (1, tokens, dim), got {pos_embed.shape}.")
     prefix = pos_embed[:, :num_prefix_tokens]
     grid = pos_embed[0, num_prefix_tokens:]
     if old_grid is None:

@@ -121,8 +121,7 @@ def _read_torch(path):
         import torch
     except ImportError as error:
         raise ImportError(
-            f"Reading {path} needs PyTorch: `pip install torch`, or convert the checkpoint "
-            f"to .safetensors."
+            f"Reading {path} needs PyTorch: `pip install torch`, or convert the checkpoint to .safetensors."
         ) from error
     # weights_only: never unpickle arbitrary objects from a downloaded file.
     state = torch.load(path, map_location="cpu", weights_only=True)
@@ -146,8 +145,10 @@ _TRANSFORMERS_RENAMES = [
     (r"^embeddings\.patch_embeddings\.projection\.", "patch_embed.proj."),
     (r"^(?:encoder\.layer|layers)\.(\d+)\.layernorm_before\.", r"blocks.\1.norm1."),
     (r"^(?:encoder\.layer|layers)\.(\d+)\.layernorm_after\.", r"blocks.\1.norm2."),
-    (r"^(?:encoder\.layer|layers)\.(\d+)\.attention\.(?:attention\.)?(query|key|value|[qkv]_proj)\.",
-     r"blocks.\1.attn.\2."),
+    (
+        r"^(?:encoder\.layer|layers)\.(\d+)\.attention\.(?:attention\.)?(query|key|value|[qkv]_proj)\.",
+        r"blocks.\1.attn.\2.",
+    ),
     (r"^(?:encoder\.layer|layers)\.(\d+)\.attention\.(?:output\.dense|o_proj)\.", r"blocks.\1.attn.proj."),
     (r"^(?:encoder\.layer\.(\d+)\.intermediate\.dense|layers\.(\d+)\.mlp\.fc1)\.", r"blocks.\1\2.mlp.fc1."),
     (r"^(?:encoder\.layer\.(\d+)\.output\.dense|layers\.(\d+)\.mlp\.fc2)\.", r"blocks.\1\2.mlp.fc2."),
@@ -192,9 +193,7 @@ def _npz_to_timm(w, path):
             if any(k.startswith("params/") for k in w)
             else ""
         )
-        raise CheckpointMismatchError(
-            f"{path} has no 'embedding/kernel': not a Google ViT checkpoint.{hint}"
-        )
+        raise CheckpointMismatchError(f"{path} has no 'embedding/kernel': not a Google ViT checkpoint.{hint}")
     w = {k[len(prefix) :]: np.asarray(v, dtype=np.float32) for k, v in w.items() if k.startswith(prefix)}
     used = set()
 
@@ -304,7 +303,10 @@ def _assign(model, encoder, state, source):
             found = "none" if weight is None else f"{weight.shape[0]} outputs"
             logger.warning(
                 "%s: %s layer re-initialised: the model has %d outputs, the checkpoint %s.",
-                source, prefix, layer.kernel.shape[1], found,
+                source,
+                prefix,
+                layer.kernel.shape[1],
+                found,
             )
             state.pop(f"{prefix}.weight", None)
             state.pop(f"{prefix}.bias", None)
@@ -356,7 +358,10 @@ def _fit_position_embeddings(pos_embed, encoder, source):
         )
     logger.info(
         "%s: resampling position embeddings from a %dx%d to a %dx%d patch grid.",
-        source, side, side, *encoder.grid_size,
+        source,
+        side,
+        side,
+        *encoder.grid_size,
     )
     return resample_position_embeddings(pos_embed, encoder.grid_size, (side, side), prefix)
 

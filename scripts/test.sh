@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# The test command: sets up .venv with the dev extras, then runs the whole suite.
+# The test command: sets up .venv with the dev extras, lints, then runs the whole suite.
 # Extra arguments go to pytest, e.g. `bash scripts/test.sh -k weights`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh dev
+.venv/bin/ruff check keras_vit tests
+.venv/bin/ruff format --check keras_vit tests
 export KERAS_BACKEND=tensorflow TF_CPP_MIN_LOG_LEVEL=2
 exec .venv/bin/python -m pytest "$@"

@@ -23,7 +23,9 @@ def test_models_json_uses_the_analytic_counts(capsys):
     assert set(rows) == set(keras_vit.list_models())
     row = rows["vit_tiny_patch16_224"]
     assert row["params"] == keras_vit.parameter_count("vit_tiny_patch16_224", num_classes=10)
-    assert row["gflops"] == pytest.approx(keras_vit.forward_flops("vit_tiny_patch16_224", num_classes=10) / 1e9)
+    assert row["gflops"] == pytest.approx(
+        keras_vit.forward_flops("vit_tiny_patch16_224", num_classes=10) / 1e9
+    )
 
 
 def test_bad_arguments_exit_with_status_2(capsys):

@@ -9,8 +9,8 @@ from keras.ops import convert_to_numpy as to_numpy
 from keras_vit.layers import (
     DropPath,
     MultiHeadSelfAttention,
-    Patches,
     PatchEncoder,
+    Patches,
     TokenPooling,
     TransformerBlock,
 )
@@ -19,7 +19,11 @@ from keras_vit.layers import (
 def _reference_patches(image, p):
     rows, cols = image.shape[0] // p, image.shape[1] // p
     return np.stack(
-        [image[r * p : (r + 1) * p, c * p : (c + 1) * p].reshape(-1) for r in range(rows) for c in range(cols)]
+        [
+            image[r * p : (r + 1) * p, c * p : (c + 1) * p].reshape(-1)
+            for r in range(rows)
+            for c in range(cols)
+        ]
     )
 
 
@@ -124,8 +128,15 @@ LAYERS = [
     (MultiHeadSelfAttention, dict(hidden_dim=16, num_heads=2, attention_dropout=0.1, dropout=0.2)),
     (
         TransformerBlock,
-        dict(hidden_dim=16, num_heads=2, mlp_dim=32, dropout=0.1, attention_dropout=0.2,
-             drop_path_rate=0.3, layer_norm_epsilon=1e-5),
+        dict(
+            hidden_dim=16,
+            num_heads=2,
+            mlp_dim=32,
+            dropout=0.1,
+            attention_dropout=0.2,
+            drop_path_rate=0.3,
+            layer_norm_epsilon=1e-5,
+        ),
     ),
     (TokenPooling, dict(mode="gap", num_prefix_tokens=1)),
 ]
@@ -154,7 +165,7 @@ def test_layers_survive_a_keras_round_trip(tmp_path):
     path = tmp_path / "layers.keras"
     model.save(path)
     restored = keras.models.load_model(path)
-    for before, after in zip(model(images), restored(images)):
+    for before, after in zip(model(images), restored(images), strict=True):
         np.testing.assert_array_equal(to_numpy(before), to_numpy(after))
 
 

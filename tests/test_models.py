@@ -29,7 +29,9 @@ def test_list_models_has_the_timm_names_and_small_image_configs():
 
 
 def test_unknown_config_name_is_a_clear_error_with_suggestions():
-    with pytest.raises(ValueError, match=r"Unknown model config 'vit_base_patch16_244'.*vit_base_patch16_224"):
+    with pytest.raises(
+        ValueError, match=r"Unknown model config 'vit_base_patch16_244'.*vit_base_patch16_224"
+    ):
         keras_vit.create_model("vit_base_patch16_244")
 
 
@@ -124,8 +126,12 @@ def test_forward_flops_equal_pytorchs_flop_counter_on_timm(name):
     c = MODEL_CONFIGS[name]
     with torch.device("meta"):
         model = VisionTransformer(
-            img_size=c["image_size"], patch_size=c["patch_size"], embed_dim=c["hidden_dim"],
-            depth=c["depth"], num_heads=c["num_heads"], mlp_ratio=c["mlp_dim"] / c["hidden_dim"],
+            img_size=c["image_size"],
+            patch_size=c["patch_size"],
+            embed_dim=c["hidden_dim"],
+            depth=c["depth"],
+            num_heads=c["num_heads"],
+            mlp_ratio=c["mlp_dim"] / c["hidden_dim"],
         ).eval()
         counter = FlopCounterMode(display=False)
         with counter, torch.no_grad():
@@ -136,7 +142,11 @@ def test_forward_flops_equal_pytorchs_flop_counter_on_timm(name):
 
 def test_keras_round_trip_gives_identical_outputs(tmp_path, tiny_config, images):
     model = keras_vit.ViT(
-        **tiny_config, pooling="gap", representation_size=16, dropout=0.1, drop_path_rate=0.1,
+        **tiny_config,
+        pooling="gap",
+        representation_size=16,
+        dropout=0.1,
+        drop_path_rate=0.1,
         classifier_activation="softmax",
     )
     path = tmp_path / "vit.keras"
@@ -164,7 +174,9 @@ def test_resize_model_resamples_positions_and_keeps_other_weights(tiny_config, i
     new = to_numpy(bigger.get_layer("patch_encoder").position_embedding)
     assert new.shape == (1, 1 + 12 * 12, 32)
     np.testing.assert_allclose(new, keras_vit.resample_position_embeddings(old, (12, 12)))
-    np.testing.assert_array_equal(to_numpy(bigger.get_layer("head").kernel), to_numpy(model.get_layer("head").kernel))
+    np.testing.assert_array_equal(
+        to_numpy(bigger.get_layer("head").kernel), to_numpy(model.get_layer("head").kernel)
+    )
     # Back at the original size nothing is resampled: the same function.
     same = keras_vit.resize_model(model, 32)
     np.testing.assert_array_equal(to_numpy(same(images)), to_numpy(model(images)))

@@ -17,12 +17,12 @@ from keras_vit import CheckpointMismatchError
 timm = pytest.importorskip("timm")
 torch = pytest.importorskip("torch")
 safetensors_torch = pytest.importorskip("safetensors.torch")
+from timm.layers import resample_abs_pos_embed  # noqa: E402
 from timm.models.vision_transformer import (  # noqa: E402
     VisionTransformer,
     _load_weights,
     checkpoint_filter_fn,
 )
-from timm.layers import resample_abs_pos_embed  # noqa: E402
 
 PARITY_TOLERANCE = 1e-4  # float32, max absolute difference of logits
 
@@ -64,9 +64,9 @@ def _save_npz(model, path):
     for i in range(len(model.blocks)):
         src, dst = f"blocks.{i}.", f"Transformer/encoderblock_{i}/"
         mha = dst + "MultiHeadDotProductAttention_1/"
-        for n, q in zip(("query", "key", "value"), np.split(sd[src + "attn.qkv.weight"], 3)):
+        for n, q in zip(("query", "key", "value"), np.split(sd[src + "attn.qkv.weight"], 3), strict=True):
             w[f"{mha}{n}/kernel"] = q.T.reshape(dim, heads, dim // heads)
-        for n, b in zip(("query", "key", "value"), np.split(sd[src + "attn.qkv.bias"], 3)):
+        for n, b in zip(("query", "key", "value"), np.split(sd[src + "attn.qkv.bias"], 3), strict=True):
             w[f"{mha}{n}/bias"] = b.reshape(heads, dim // heads)
         w[f"{mha}out/kernel"] = sd[src + "attn.proj.weight"].T.reshape(heads, dim // heads, dim)
         w[f"{mha}out/bias"] = sd[src + "attn.proj.bias"]
@@ -88,7 +88,7 @@ PARITY_NAMES = ["vit_tiny_patch16_224", "vit_small_patch32_224", "vit_base_patch
 
 
 @pytest.mark.parametrize("name", PARITY_NAMES)
-def test_safetensors_from_timm_give_timms_logits(name, tmp_path):
+def test_safetensors_from_timm_give_timms_logits(name, tmp_path, record_parity):
     reference = _timm_model(name)
     model = keras_vit.load_weights(
         keras_vit.create_model(name), _save_safetensors(reference, tmp_path / "model.safetensors")
@@ -96,17 +96,25 @@ def test_safetensors_from_timm_give_timms_logits(name, tmp_path):
     images = _images(224)
     expected = _timm_logits(reference, images)
     assert np.abs(expected).max() > 0.1  # a real signal, not zeros on both sides
-    assert _max_diff(model(images), expected) <= PARITY_TOLERANCE
+    difference = _max_diff(model(images), expected)
+    assert (
+        record_parity(f"{name} .safetensors vs timm, logits", difference, PARITY_TOLERANCE)
+        <= PARITY_TOLERANCE
+    )
 
 
 @pytest.mark.parametrize("name", PARITY_NAMES)
-def test_npz_read_by_timms_own_loader_and_ours_give_the_same_logits(name, tmp_path):
+def test_npz_read_by_timms_own_loader_and_ours_give_the_same_logits(name, tmp_path, record_parity):
     path = _save_npz(_timm_model(name, seed=1), tmp_path / "model.npz")
     reference = _timm_model(name, seed=2)
     _load_weights(reference, str(path))  # timm's reader of the Google format
     model = keras_vit.load_weights(keras_vit.create_model(name), path)
     images = _images(224, seed=1)
-    assert _max_diff(model(images), _timm_logits(reference, images)) <= PARITY_TOLERANCE
+    difference = _max_diff(model(images), _timm_logits(reference, images))
+    assert (
+        record_parity(f"{name} .npz vs timm's _load_weights, logits", difference, PARITY_TOLERANCE)
+        <= PARITY_TOLERANCE
+    )
 
 
 def test_pth_training_checkpoint_with_a_model_wrapper(tmp_path):
@@ -118,7 +126,7 @@ def test_pth_training_checkpoint_with_a_model_wrapper(tmp_path):
     assert _max_diff(model(images), _timm_logits(reference, images)) <= PARITY_TOLERANCE
 
 
-def test_resized_position_embeddings_match_timms_resampling(tmp_path):
+def test_resized_position_embeddings_match_timms_resampling(tmp_path, record_parity):
     """A 224 checkpoint loaded at 384: timm's checkpoint_filter_fn against our loader.
 
     Both resample with antialiased bicubic interpolation (ours in float64 NumPy,
@@ -133,9 +141,13 @@ def test_resized_position_embeddings_match_timms_resampling(tmp_path):
     )
     ours = to_numpy(model.get_layer("patch_encoder").position_embedding)
     assert ours.shape == (1, 1 + 24 * 24, 192)
-    assert _max_diff(ours, reference.pos_embed.detach().numpy()) <= 1e-6
+    difference = _max_diff(ours, reference.pos_embed.detach().numpy())
+    assert record_parity("vit_tiny 224 -> 384 position embeddings vs timm", difference, 1e-6) <= 1e-6
     images = _images(384, seed=3)
-    assert _max_diff(model(images), _timm_logits(reference, images)) <= PARITY_TOLERANCE
+    difference = _max_diff(model(images), _timm_logits(reference, images))
+    assert (
+        record_parity("vit_tiny 224 -> 384 logits vs timm", difference, PARITY_TOLERANCE) <= PARITY_TOLERANCE
+    )
 
 
 @pytest.mark.parametrize("old,new", [((14, 14), (7, 10)), ((4, 4), (12, 12)), ((6, 9), (5, 5))])
@@ -163,7 +175,9 @@ def test_gap_pooling_matches_timms_avg_pool_with_fc_norm(tmp_path, tiny_config, 
     assert _max_diff(model(images), _timm_logits(reference, images)) <= PARITY_TOLERANCE
 
 
-def test_a_new_class_count_keeps_the_backbone_and_reinitialises_the_head(tmp_path, tiny_config, images, caplog):
+def test_a_new_class_count_keeps_the_backbone_and_reinitialises_the_head(
+    tmp_path, tiny_config, images, caplog
+):
     reference = _small_timm(num_classes=1000)
     path = _save_safetensors(reference, tmp_path / "in1k.safetensors")
     model = keras_vit.ViT(**tiny_config)  # 10 classes
@@ -187,17 +201,21 @@ def test_grayscale_model_sums_the_rgb_filters(tmp_path, tiny_config):
     keras_vit.load_weights(model, _save_safetensors(reference, tmp_path / "rgb.safetensors"))
     rgb = reference.patch_embed.proj.weight.detach().numpy()
     expected = rgb.sum(axis=1, keepdims=True).transpose(2, 3, 1, 0)
-    np.testing.assert_allclose(to_numpy(model.get_layer("patch_encoder").projection.kernel), expected, atol=1e-6)
+    np.testing.assert_allclose(
+        to_numpy(model.get_layer("patch_encoder").projection.kernel), expected, atol=1e-6
+    )
 
 
 def test_a_checkpoint_of_another_width_names_the_key_and_both_shapes(tmp_path, tiny_config):
     path = _save_safetensors(_small_timm(embed_dim=48, num_heads=4), tmp_path / "wide.safetensors")
     model = keras_vit.ViT(**tiny_config)
     before = [to_numpy(w).copy() for w in model.weights]
-    with pytest.raises(CheckpointMismatchError, match=r"'patch_embed.proj.weight' has shape \(48, 3, 4, 4\).*\(4, 4, 3, 32\)"):
+    with pytest.raises(
+        CheckpointMismatchError, match=r"'patch_embed.proj.weight' has shape \(48, 3, 4, 4\).*\(4, 4, 3, 32\)"
+    ):
         keras_vit.load_weights(model, path)
     # Nothing was assigned: a failed load leaves the model as it was.
-    for old, new in zip(before, model.weights):
+    for old, new in zip(before, model.weights, strict=True):
         np.testing.assert_array_equal(old, to_numpy(new))
 
 
@@ -223,27 +241,41 @@ def test_bad_paths_and_files_get_clear_errors(tmp_path, tiny_config):
     with pytest.raises(ValueError, match=r"Unknown checkpoint format '\.h5'"):
         keras_vit.load_weights(model, tmp_path / "weights.h5")
     (tmp_path / "broken.safetensors").write_bytes(b"not a safetensors file")
-    with pytest.raises(ValueError, match=r"Could not read .*broken.safetensors as a \.safetensors checkpoint"):
+    with pytest.raises(
+        ValueError, match=r"Could not read .*broken.safetensors as a \.safetensors checkpoint"
+    ):
         keras_vit.load_weights(model, tmp_path / "broken.safetensors")
     np.savez(tmp_path / "other.npz", **{"params/img/embedding/kernel": np.zeros(1)})
     with pytest.raises(CheckpointMismatchError, match="big_vision checkpoint, which is not supported"):
         keras_vit.load_weights(model, tmp_path / "other.npz")
     with pytest.raises(TypeError, match="needs a keras_vit.ViT"):
-        keras_vit.load_weights(keras.Sequential([keras.Input((2,)), keras.layers.Dense(2)]), tmp_path / "other.npz")
+        keras_vit.load_weights(
+            keras.Sequential([keras.Input((2,)), keras.layers.Dense(2)]), tmp_path / "other.npz"
+        )
 
 
 @pytest.mark.parametrize("pooler", [False, True])
-def test_hugging_face_transformers_checkpoints_give_transformers_logits(tmp_path, tiny_config, images, pooler):
+def test_hugging_face_transformers_checkpoints_give_transformers_logits(
+    tmp_path, tiny_config, images, pooler, record_parity
+):
     """`save_pretrained` writes the hub's key names (google/vit-base-patch16-224 and kin)."""
     transformers = pytest.importorskip("transformers")
     config = transformers.ViTConfig(
-        image_size=32, patch_size=4, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-        intermediate_size=64, num_labels=10, layer_norm_eps=1e-12,
+        image_size=32,
+        patch_size=4,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        num_labels=10,
+        layer_norm_eps=1e-12,
     )
     torch.manual_seed(7)
     if pooler:  # ViTModel's pooler (Dense + tanh on [cls]) is the paper's pre-logits layer
         reference = transformers.ViTModel(config, add_pooling_layer=True).eval()
-        model = keras_vit.ViT(**dict(tiny_config, include_top=False), representation_size=32, layer_norm_epsilon=1e-12)
+        model = keras_vit.ViT(
+            **dict(tiny_config, include_top=False), representation_size=32, layer_norm_epsilon=1e-12
+        )
     else:
         reference = transformers.ViTForImageClassification(config).eval()
         model = keras_vit.ViT(**tiny_config, layer_norm_epsilon=1e-12)
@@ -252,7 +284,8 @@ def test_hugging_face_transformers_checkpoints_give_transformers_logits(tmp_path
     with torch.no_grad():
         output = reference(pixel_values=torch.from_numpy(images).permute(0, 3, 1, 2))
     expected = (output.pooler_output if pooler else output.logits).numpy()
-    assert _max_diff(model(images), expected) <= PARITY_TOLERANCE
+    case = f"tiny transformers {'ViTModel pooler' if pooler else 'ViTForImageClassification logits'}"
+    assert record_parity(case, _max_diff(model(images), expected), PARITY_TOLERANCE) <= PARITY_TOLERANCE
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
