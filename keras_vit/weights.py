@@ -1,4 +1,4 @@
-"""Pretrained weight import: timm state dicts and the original Google `.npz` files.
+"""Pretrained weight import: timm and Hugging Face state dicts, and Google's `.npz` files.
 
 Every format is first turned into one canonical form, timm's state dict
 (keys such as `blocks.0.attn.qkv.weight`, PyTorch layouts, NumPy arrays),
@@ -29,8 +29,9 @@ class CheckpointMismatchError(ValueError):
 def load_weights(model, path):
     """Loads pretrained weights into a `keras_vit.ViT`.
 
-    Reads timm / Hugging Face state dicts (`.safetensors`, `.pth`, `.pt`,
-    `.bin`) and the original Google ViT and AugReg `.npz` checkpoints.
+    Reads timm state dicts and Hugging Face transformers ViT checkpoints
+    (`.safetensors`, `.pth`, `.pt`, `.bin`; float32, float16 or bfloat16)
+    and the original Google ViT and AugReg `.npz` checkpoints.
     Position embeddings are resampled when the model's patch grid differs
     from the checkpoint's; the classifier is loaded when the class counts
     match and left freshly initialised otherwise.

@@ -1,3 +1,4 @@
+import inspect
 import json
 
 import keras
@@ -160,6 +161,8 @@ def test_keras_round_trip_gives_identical_outputs(tmp_path, tiny_config, images)
 
 def test_get_config_is_json_and_rebuilds_the_same_architecture(tiny_config):
     model = keras_vit.ViT(**tiny_config, dtype="mixed_bfloat16")
+    arguments = inspect.signature(keras_vit.ViT.__init__).parameters
+    assert set(arguments) - {"self", "kwargs"} <= set(model.get_config())
     config = json.loads(json.dumps(model.get_config()))
     rebuilt = keras_vit.ViT.from_config(config)
     assert rebuilt.get_config() == model.get_config()
