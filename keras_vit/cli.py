@@ -47,6 +47,109 @@ def _models(args):
     return 0
 
 
+def _train(args):
+    import dataclasses
+
+    from keras_vit.train import TrainConfig, train
+
+    fields = {f.name for f in dataclasses.fields(TrainConfig)}
+    values = {k: v for k, v in vars(args).items() if k in fields and v is not None}
+    values["overrides"] = dict(_parse_override(item) for item in args.override or [])
+    summary = train(TrainConfig(**values)).summary
+    final = summary["final"]
+    print(
+        f"\nTrained {summary['config']['model']} for {summary['steps']} steps: "
+        f"val accuracy {final.get('val_accuracy', float('nan')):.4f} (best "
+        f"{summary['best_val_accuracy'] or float('nan'):.4f}); run folder: {summary['config']['output']}"
+    )
+    return 0
+
+
+def _evaluate(args):
+    from keras_vit.evaluate import evaluate, load_trained_model, write_report
+
+    folder = args.model if os.path.isdir(args.model) else os.path.dirname(os.path.abspath(args.model))
+    # A run folder remembers its dataset and split; flags win.
+    run_config = {}
+    history = os.path.join(folder, "history.json")
+    if os.path.exists(history):
+        with open(history) as f:
+            run_config = json.load(f).get("config", {})
+    model = load_trained_model(args.model)
+    result = evaluate(
+        model,
+        dataset=args.dataset or run_config.get("dataset", "cifar10-mini"),
+        split=args.split,
+        batch_size=args.batch_size,
+        validation_split=run_config.get("validation_split", 0.1),
+        seed=run_config.get("seed", 0),
+    )
+    write_report(result, args.output or folder)
+    if args.json:
+        print(json.dumps({k: v for k, v in result.items() if k != "confusion"}, indent=2))
+        return 0
+    print(f"{result['dataset']} [{result['split']}], {result['count']} images")
+    print(f"top-1 accuracy {result['top1']:.4f}   top-5 accuracy {result['top5']:.4f}")
+    for name, accuracy in result["per_class"].items():
+        print(f"  {name:<24} {accuracy:.4f}")
+    print(f"Wrote evaluation.json and confusion.png to {args.output or folder}")
+    return 0
+
+
+def _parse_override(item):
+    """`depth=4` -> ("depth", 4): the value is read as JSON, else kept as a string."""
+    key, separator, value = item.partition("=")
+    if not separator or not key:
+        raise ValueError(f"--override takes KEY=VALUE, got {item!r}.")
+    try:
+        return key, json.loads(value)
+    except json.JSONDecodeError:
+        return key, value
+
+
+def _add_train_arguments(parser):
+    from keras_vit.train import PRECISIONS, PRESETS, STRATEGIES
+
+    add = parser.add_argument
+    add("--dataset", help="an image folder or .zip of class_name/image files, or cifar10-mini (default)")
+    add("--model", help="a name from `keras-vit models` (default vit_mini_patch4_32)")
+    add("--output", help="the run folder (default runs/latest); rerun the same command to resume")
+    add("--preset", choices=sorted(PRESETS), help="recipe defaults: scratch (default) or finetune")
+    add("--epochs", type=int)
+    add("--batch-size", type=int, help="the global batch, split over replicas")
+    add("--learning-rate", type=float, help="peak learning rate after warmup")
+    add("--weight-decay", type=float)
+    add("--warmup-epochs", type=float)
+    add("--label-smoothing", type=float)
+    add("--clipnorm", type=float, help="global gradient norm clip; 0 turns it off")
+    add("--dropout", type=float)
+    add("--drop-path-rate", type=float)
+    add("--image-size", type=int, help="train at this resolution (position embeddings are resampled)")
+    add("--validation-split", type=float, help="held out from train when there is no val/ folder")
+    add(
+        "--crop",
+        choices=("resized", "pad", "none"),
+        help="random crop (default: pad up to 64px, else resized)",
+    )
+    add("--randaugment", type=int, help="RandAugment operations per image; 0 (default) is off")
+    add("--mixup", type=float, help="MixUp alpha; 0 (default) is off")
+    add("--cutmix", type=float, help="CutMix alpha; 0 (default) is off")
+    add("--precision", choices=PRECISIONS)
+    add("--jit-compile", action=argparse.BooleanOptionalAction, help="XLA (default on)")
+    add("--strategy", choices=STRATEGIES, help="auto: all GPUs mirrored, else one device")
+    add("--weights", help="pretrained weights to start from (.safetensors, .pth, .bin, .npz)")
+    add("--freeze-backbone", action="store_true", default=None, help="train the head only (linear probe)")
+    add("--seed", type=int)
+    add("--backup-every-steps", type=int, help="mid-epoch backup interval for resuming (default 100)")
+    add("--steps-per-epoch", type=int, help="cap each epoch (for quick runs)")
+    add(
+        "--override",
+        action="append",
+        metavar="KEY=VALUE",
+        help="any other ViT argument for the named config, e.g. --override depth=4 (repeatable)",
+    )
+
+
 def build_parser():
     parser = argparse.ArgumentParser(
         prog="keras-vit",
@@ -61,6 +164,21 @@ def build_parser():
         "--num-classes", type=int, default=None, help="count parameters for this many classes (default 1000)"
     )
     models.set_defaults(run=_models)
+
+    train = commands.add_parser("train", help="train or fine-tune a ViT (resumable)")
+    _add_train_arguments(train)
+    train.set_defaults(run=_train)
+
+    evaluate = commands.add_parser("evaluate", help="top-1, top-5, per-class accuracy, confusion matrix")
+    evaluate.add_argument("model", help="a run folder or a .keras file")
+    evaluate.add_argument("--dataset", help="default: the run's dataset, else cifar10-mini")
+    evaluate.add_argument("--split", choices=("train", "validation", "test"), help="default: test if any")
+    evaluate.add_argument("--batch-size", type=int, default=100)
+    evaluate.add_argument(
+        "--output", help="folder for evaluation.json and confusion.png (default: beside the model)"
+    )
+    evaluate.add_argument("--json", action="store_true", help="print JSON, for scripts")
+    evaluate.set_defaults(run=_evaluate)
     return parser
 
 
@@ -71,6 +189,10 @@ def main(argv=None):
         return 2
     try:
         return args.run(args)
+    except (ValueError, FileNotFoundError, TypeError) as error:
+        # Bad input: one clear line, no traceback.
+        print(f"keras-vit {args.command}: error: {error}", file=sys.stderr)
+        return 2
     except BrokenPipeError:
         # `keras-vit models | head`: the reader left early, which is no error.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

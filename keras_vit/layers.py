@@ -38,6 +38,52 @@ def _patch_grid(height, width, patch_size):
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
+class ImageNormalization(keras.layers.Layer):
+    """Maps pixel values in [0, 255] to `(x / 255 - mean) / std`, per channel.
+
+    One multiply and one add, so it stays two builtin ops in TFLite. The
+    mean and std live in the config, so every saved or exported model
+    carries its own normalisation.
+
+    Args:
+        mean: list of floats, one per channel, on the [0, 1] scale.
+        std: list of floats, one per channel, on the [0, 1] scale.
+    """
+
+    def __init__(self, mean, std, **kwargs):
+        super().__init__(**kwargs)
+        mean, std = [float(m) for m in mean], [float(s) for s in std]
+        if len(mean) != len(std) or not mean:
+            raise ValueError(f"mean and std need one value per channel, got mean={mean}, std={std}.")
+        if min(std) <= 0:
+            raise ValueError(f"std values must be positive, got {std}.")
+        # === Config ===
+        self.mean = mean
+        self.std = std
+
+    def build(self, input_shape):
+        if input_shape[-1] != len(self.mean):
+            raise ValueError(
+                f"ImageNormalization has {len(self.mean)} channel values but the images have "
+                f"{input_shape[-1]} channels."
+            )
+
+    def call(self, images):
+        scale = [1.0 / (255.0 * s) for s in self.std]
+        offset = [-m / s for m, s in zip(self.mean, self.std, strict=True)]
+        images = ops.cast(images, self.compute_dtype)
+        return images * ops.cast(scale, images.dtype) + ops.cast(offset, images.dtype)
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+    def get_config(self):
+        config = super().get_config()
+        config.update({"mean": self.mean, "std": self.std})
+        return config
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
 class Patches(keras.layers.Layer):
     """Splits images into non-overlapping, flattened square patches.
 

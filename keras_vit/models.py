@@ -4,6 +4,7 @@ import keras
 
 from keras_vit import configs
 from keras_vit.layers import (
+    ImageNormalization,
     PatchEncoder,
     TokenPooling,
     TransformerBlock,
@@ -29,10 +30,13 @@ def _pair(value, what):
 class ViT(keras.Model):
     """Vision Transformer (Dosovitskiy et al., 2020), weight-compatible with timm.
 
-    Takes `(batch, height, width, channels)` float images, normalised the way
-    the weights were trained, and returns class logits (or probabilities with
-    `classifier_activation="softmax"`). With `include_top=False` it returns
-    the pooled, normalised embedding of each image instead.
+    Takes `(batch, height, width, channels)` float images and returns class
+    logits (or probabilities with `classifier_activation="softmax"`). With
+    `image_mean` and `image_std` the images are pixel values in [0, 255] and
+    the model normalises them itself, so saved and exported models carry
+    their preprocessing; without, they must arrive normalised the way the
+    weights were trained. With `include_top=False` it returns the pooled,
+    normalised embedding of each image instead.
 
     Args:
         image_size: int or (height, width). Input resolution; each side must
@@ -55,6 +59,11 @@ class ViT(keras.Model):
         layer_norm_epsilon: float, default 1e-6.
         classifier_activation: None (logits, default) or an activation name
             such as `"softmax"`.
+        image_mean: list of floats or None. Per-channel mean on the [0, 1]
+            scale, e.g. `[0.5, 0.5, 0.5]`; set with `image_std`.
+        image_std: list of floats or None. Per-channel std on the [0, 1] scale.
+        class_names: list of str or None. The label of each output, saved
+            with the model for prediction and export.
     """
 
     def __init__(
@@ -75,10 +84,24 @@ class ViT(keras.Model):
         drop_path_rate=0.0,
         layer_norm_epsilon=1e-6,
         classifier_activation=None,
+        image_mean=None,
+        image_std=None,
+        class_names=None,
         dtype=None,
         **kwargs,
     ):
         image_size = _pair(image_size, "image_size")
+        if (image_mean is None) != (image_std is None):
+            raise ValueError("Set both image_mean and image_std, or neither.")
+        if image_mean is not None and not (len(image_mean) == len(image_std) == channels):
+            raise ValueError(
+                f"image_mean and image_std need {channels} values (one per channel), "
+                f"got {list(image_mean)} and {list(image_std)}."
+            )
+        if class_names is not None:
+            class_names = [str(name) for name in class_names]
+            if len(class_names) != num_classes:
+                raise ValueError(f"{len(class_names)} class_names given for num_classes={num_classes}.")
         for value, what in (
             (patch_size, "patch_size"),
             (depth, "depth"),
@@ -93,7 +116,10 @@ class ViT(keras.Model):
         # Resolved now, so the model keeps the policy its layers were built with.
         dtype = keras.dtype_policies.get(dtype) if dtype is not None else keras.config.dtype_policy()
         images = keras.Input(shape=image_size + (channels,), name="images")
-        x = PatchEncoder(patch_size, hidden_dim, dropout=dropout, dtype=dtype, name="patch_encoder")(images)
+        x = images
+        if image_mean is not None:
+            x = ImageNormalization(image_mean, image_std, dtype=dtype, name="normalization")(x)
+        x = PatchEncoder(patch_size, hidden_dim, dropout=dropout, dtype=dtype, name="patch_encoder")(x)
         for i in range(depth):
             x = TransformerBlock(
                 hidden_dim,
@@ -149,6 +175,9 @@ class ViT(keras.Model):
         self.drop_path_rate = drop_path_rate
         self.layer_norm_epsilon = layer_norm_epsilon
         self.classifier_activation = classifier_activation
+        self.image_mean = None if image_mean is None else [float(m) for m in image_mean]
+        self.image_std = None if image_std is None else [float(v) for v in image_std]
+        self.class_names = class_names
 
     @property
     def blocks(self):
@@ -176,6 +205,9 @@ class ViT(keras.Model):
             "drop_path_rate": self.drop_path_rate,
             "layer_norm_epsilon": self.layer_norm_epsilon,
             "classifier_activation": self.classifier_activation,
+            "image_mean": self.image_mean,
+            "image_std": self.image_std,
+            "class_names": self.class_names,
         }
 
     @classmethod

@@ -60,3 +60,14 @@ def test_the_keras_vit_console_script_is_installed():
     assert script.exists(), f"{script} missing: install the package with `pip install -e .`"
     result = subprocess.run([str(script), "models"], capture_output=True, text=True, check=True)
     assert "vit_huge_patch14_224" in result.stdout
+
+
+def test_train_reports_bad_input_in_one_line_with_status_2(capsys, tmp_path):
+    assert main(["train", "--model", "vit_gigantic", "--output", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert "keras-vit train: error: Unknown model config 'vit_gigantic'" in err
+    assert "Traceback" not in err
+    assert main(["train", "--dataset", str(tmp_path / "missing"), "--output", str(tmp_path / "run")]) == 2
+    assert "Dataset not found" in capsys.readouterr().err
+    assert main(["train", "--override", "depth", "--output", str(tmp_path / "run")]) == 2
+    assert "--override takes KEY=VALUE" in capsys.readouterr().err

@@ -8,6 +8,7 @@ from keras.ops import convert_to_numpy as to_numpy
 
 from keras_vit.layers import (
     DropPath,
+    ImageNormalization,
     MultiHeadSelfAttention,
     PatchEncoder,
     Patches,
@@ -122,6 +123,7 @@ def test_token_pooling_takes_cls_or_averages_patch_tokens_only():
 
 
 LAYERS = [
+    (ImageNormalization, dict(mean=[0.1, 0.2, 0.3], std=[0.5, 0.6, 0.7])),
     (Patches, dict(patch_size=4)),
     (PatchEncoder, dict(patch_size=4, hidden_dim=16, dropout=0.1)),
     (DropPath, dict(rate=0.2, seed=7)),
@@ -175,3 +177,12 @@ def test_sublayers_follow_the_mixed_precision_policy():
     assert keras.backend.standardize_dtype(out.dtype) == "bfloat16"
     assert block.fc1.compute_dtype == "bfloat16"
     assert all(keras.backend.standardize_dtype(w.dtype) == "float32" for w in block.weights)
+
+
+def test_image_normalization_maps_pixels_to_normalised_values():
+    layer = ImageNormalization(mean=[0.5, 0.25, 0.0], std=[0.5, 0.25, 1.0])
+    pixels = np.array([[[[0.0, 255.0, 127.5]]]], "float32")
+    expected = (pixels / 255.0 - np.array([0.5, 0.25, 0.0])) / np.array([0.5, 0.25, 1.0])
+    np.testing.assert_allclose(to_numpy(layer(pixels)), expected, atol=1e-6)
+    with pytest.raises(ValueError, match="std values must be positive"):
+        ImageNormalization(mean=[0.5], std=[0.0])

@@ -223,3 +223,23 @@ def test_converts_to_tflite_with_builtin_ops_only(tmp_path, tiny_config):
     converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]  # fails on any Flex op
     flatbuffer = converter.convert()
     assert b"Flex" not in flatbuffer and len(flatbuffer) > model.count_params() * 4
+
+
+def test_normalisation_and_class_names_travel_with_the_model(tmp_path, tiny_config):
+    model = keras_vit.ViT(
+        **tiny_config, image_mean=[0.5] * 3, image_std=[0.25] * 3, class_names=[f"c{i}" for i in range(10)]
+    )
+    bare = keras_vit.ViT(**tiny_config)
+    bare.set_weights(model.get_weights())
+    pixels = np.random.default_rng(5).uniform(0, 255, size=(2, 32, 32, 3)).astype("float32")
+    np.testing.assert_allclose(
+        to_numpy(model(pixels)), to_numpy(bare((pixels / 255 - 0.5) / 0.25)), atol=1e-5
+    )
+    model.save(tmp_path / "m.keras")
+    restored = keras.models.load_model(tmp_path / "m.keras")
+    assert restored.class_names == [f"c{i}" for i in range(10)]
+    assert restored.image_std == [0.25] * 3
+    with pytest.raises(ValueError, match="3 class_names given for num_classes=10"):
+        keras_vit.ViT(**tiny_config, class_names=["a", "b", "c"])
+    with pytest.raises(ValueError, match="Set both image_mean and image_std"):
+        keras_vit.ViT(**tiny_config, image_mean=[0.5] * 3)

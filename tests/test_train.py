@@ -1,0 +1,246 @@
+"""Training: the recipe, the run folder, resuming after SIGKILL, and tf.distribute on CPU."""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_vit.train import TrainConfig, train
+
+TINY_MODEL = dict(hidden_dim=32, depth=2, num_heads=4, mlp_dim=64)
+
+
+@pytest.fixture(scope="module")
+def colors_dataset(tmp_path_factory):
+    """3 classes x 24 images of 32x32: a colour per class plus noise, so a tiny ViT can learn it."""
+    root = tmp_path_factory.mktemp("colors")
+    rng = np.random.default_rng(0)
+    for label, name in enumerate(("red", "green", "blue")):
+        os.makedirs(root / name)
+        for i in range(24):
+            image = rng.integers(0, 80, size=(32, 32, 3), dtype=np.uint8)
+            image[..., label] += 150
+            (root / name / f"{i:02d}.png").write_bytes(tf.io.encode_png(image).numpy())
+    return str(root)
+
+
+def _config(dataset, output, **changes):
+    values = dict(
+        dataset=dataset,
+        output=str(output),
+        epochs=3,
+        batch_size=8,
+        validation_split=0.25,
+        overrides=dict(TINY_MODEL),
+        jit_compile=False,
+        backup_every_steps=2,
+    )
+    values.update(changes)
+    return TrainConfig(**values)
+
+
+def test_train_writes_a_complete_run_folder_and_learns(colors_dataset, tmp_path):
+    run = train(_config(colors_dataset, tmp_path / "run", epochs=8, learning_rate=3e-3))
+    files = set(os.listdir(tmp_path / "run"))
+    assert {
+        "model.keras",
+        "class_names.json",
+        "preprocessing.json",
+        "history.json",
+        "training.png",
+        "log.csv",
+    } <= files
+    assert "backup" not in files  # removed once the run completed
+    assert not [f for f in files if f.startswith(".partial-")]
+    summary = json.loads((tmp_path / "run" / "history.json").read_text())
+    assert summary["optimizer_steps"] == summary["steps"] == 8 * (54 // 8)
+    assert len(summary["history"]["loss"]) == 8
+    assert summary["best_val_accuracy"] >= 0.9  # three colours are easy
+    assert json.loads((tmp_path / "run" / "class_names.json").read_text()) == ["blue", "green", "red"]
+
+    model = keras.models.load_model(tmp_path / "run" / "model.keras")
+    assert model.class_names == ["blue", "green", "red"]
+    assert model.image_mean == [0.5, 0.5, 0.5]
+    red = np.zeros((1, 32, 32, 3), np.float32)
+    red[..., 0] = 230
+    assert model.class_names[int(np.argmax(model.predict(red, verbose=0)))] == "red"
+    assert run.model.optimizer.weight_decay == 0.05
+    assert oct(os.stat(tmp_path / "run" / "class_names.json").st_mode & 0o777) != oct(0o600)
+
+
+def test_evaluate_scores_the_run_on_its_own_validation_split(colors_dataset, tmp_path, capsys):
+    from keras_vit.cli import main
+
+    train(_config(colors_dataset, tmp_path / "run", epochs=8, learning_rate=3e-3))
+    assert main(["evaluate", str(tmp_path / "run"), "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["split"] == "validation" and result["count"] == 18  # 25% of 24 per class
+    assert result["top1"] >= 0.9 and result["top5"] == 1.0
+    assert set(result["per_class"]) == {"blue", "green", "red"}
+    saved = json.loads((tmp_path / "run" / "evaluation.json").read_text())
+    assert np.sum(saved["confusion"]) == 18 and np.trace(saved["confusion"]) == round(18 * saved["top1"])
+    assert (tmp_path / "run" / "confusion.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with pytest.raises(ValueError, match="differ from the dataset's"):
+        from keras_vit.evaluate import evaluate, load_trained_model
+
+        evaluate(load_trained_model(tmp_path / "run"), dataset="cifar10-mini")
+
+
+def test_weight_decay_skips_norms_biases_and_embeddings(colors_dataset, tmp_path):
+    run = train(_config(colors_dataset, tmp_path / "run", epochs=1))
+    optimizer = run.model.optimizer
+    decayed = {v.path for v in run.model.trainable_variables if optimizer._use_weight_decay(v)}
+    assert any("qkv/kernel" in p for p in decayed) and any("head/kernel" in p for p in decayed)
+    for excluded in ("gamma", "beta", "bias", "cls_token", "position_embedding"):
+        assert not any(excluded in p.rsplit("/", 1)[-1] for p in decayed), excluded
+
+
+def test_a_finished_run_folder_is_not_overwritten(colors_dataset, tmp_path):
+    train(_config(colors_dataset, tmp_path / "run", epochs=1))
+    with pytest.raises(ValueError, match="already holds a finished run"):
+        train(_config(colors_dataset, tmp_path / "run", epochs=1))
+
+
+def test_bad_settings_are_clear_errors(colors_dataset, tmp_path):
+    with pytest.raises(ValueError, match="learning_rate must not be negative"):
+        train(_config(colors_dataset, tmp_path / "a", learning_rate=-1.0))
+    with pytest.raises(ValueError, match="Unknown model config"):
+        train(_config(colors_dataset, tmp_path / "b", model="vit_gigantic"))
+    with pytest.raises(ValueError, match="fewer than one batch"):
+        train(_config(colors_dataset, tmp_path / "c", batch_size=512))
+
+
+def _cli(*args):
+    return [sys.executable, "-m", "keras_vit", "train", *args]
+
+
+def test_a_run_killed_mid_epoch_resumes_to_the_same_number_of_steps(colors_dataset, tmp_path):
+    output = tmp_path / "run"
+    command = _cli(
+        "--dataset", colors_dataset, "--output", str(output), "--epochs", "12", "--batch-size", "8",
+        "--validation-split", "0.25", "--backup-every-steps", "2", "--no-jit-compile",
+        *[f"--override={k}={v}" for k, v in TINY_MODEL.items()],
+    )  # fmt: skip
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    log = output / "log.csv"
+    deadline = time.time() + 240
+    while time.time() < deadline and process.poll() is None:
+        if log.exists() and len(log.read_text().splitlines()) >= 3:  # header + 2 epochs done
+            break
+        time.sleep(0.2)
+    assert process.poll() is None, "the run ended before it could be killed"
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert not (output / "history.json").exists()
+    assert os.listdir(output / "backup")
+
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    summary = json.loads((output / "history.json").read_text())
+    assert summary["optimizer_steps"] == summary["steps"] == 12 * (54 // 8)
+    assert len(summary["history"]["loss"]) == 12  # every epoch once, in the merged log
+
+
+LOGICAL_CPUS = """
+import json, sys
+import tensorflow as tf
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+from keras_vit.train import TrainConfig, train
+config = TrainConfig(**json.loads(sys.argv[1]))
+strategy = sys.argv[2]
+if strategy == "mirrored":
+    config.strategy = "mirrored"
+    import keras_vit.train as t
+    t.make_strategy = lambda name: tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+run = train(config)
+print(json.dumps(run.summary["history"]["loss"]))
+"""
+
+
+def test_mirrored_over_two_cpu_replicas_matches_one_replica(colors_dataset, tmp_path):
+    """Same data order, same initial weights, the same global batch of 8 split 4 + 4.
+
+    The replicas' gradients are summed and divided by the global batch, so both
+    runs take the same steps up to float32 summation order: losses agree to 1e-4
+    relative after 2 epochs. Gradient clipping is off here: under a strategy,
+    Keras 3 clips each replica's gradients before the all-reduce, which differs
+    from one device by about 3e-3 relative after 2 epochs (measured).
+    """
+    losses = {}
+    for strategy in ("one-device", "mirrored"):
+        config = dict(
+            dataset=colors_dataset, output=str(tmp_path / strategy), epochs=2, batch_size=8,
+            validation_split=0.25, overrides=TINY_MODEL, jit_compile=False, crop="none",
+            drop_path_rate=0.0, strategy="one-device", clipnorm=0.0,
+        )  # fmt: skip
+        result = subprocess.run(
+            [sys.executable, "-c", LOGICAL_CPUS, json.dumps(config), strategy],
+            capture_output=True, text=True, timeout=300, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr[-3000:]
+        losses[strategy] = json.loads(result.stdout.strip().splitlines()[-1])
+    np.testing.assert_allclose(losses["mirrored"], losses["one-device"], rtol=1e-4)
+
+
+WORKER = """
+import json, sys
+import numpy as np
+from keras_vit.train import TrainConfig, train
+run = train(TrainConfig(**json.loads(sys.argv[1])))
+weights = np.concatenate([np.ravel(w) for w in run.model.get_weights()])
+np.save(sys.argv[2], weights)
+"""
+
+
+def _free_ports(count):
+    sockets = [socket.socket() for _ in range(count)]
+    for s in sockets:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="Keras 3.15's fit() reduces the first distributed batch eagerly (Trainer._maybe_symbolic_build), "
+    "which MultiWorkerMirroredStrategy rejects: 'Attempt to convert a value (PerReplica...) to a Tensor'. "
+    "Strict: this test fails loudly once Keras fixes it, so the marker gets removed.",
+)
+def test_multi_worker_training_ends_with_the_same_weights_on_both_workers(colors_dataset, tmp_path):
+    workers = [f"127.0.0.1:{port}" for port in _free_ports(2)]
+    processes = []
+    for index in range(2):
+        config = dict(
+            dataset=colors_dataset, output=str(tmp_path / f"worker{index}"), epochs=2, batch_size=8,
+            validation_split=0.25, overrides=TINY_MODEL, jit_compile=False, strategy="multi-worker",
+        )  # fmt: skip
+        tf_config = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
+        env = dict(os.environ, TF_CONFIG=json.dumps(tf_config), TF_CPP_MIN_LOG_LEVEL="3")
+        processes.append(
+            subprocess.Popen(
+                [sys.executable, "-c", WORKER, json.dumps(config), str(tmp_path / f"weights{index}.npy")],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )  # fmt: skip
+        )
+    for process in processes:
+        _, err = process.communicate(timeout=300)
+        assert process.returncode == 0, err[-3000:]
+    first, second = (np.load(tmp_path / f"weights{i}.npy") for i in range(2))
+    np.testing.assert_array_equal(first, second)
+    assert (tmp_path / "worker0" / "history.json").exists()  # the chief writes the run folder
+    assert not (tmp_path / "worker1" / "history.json").exists()
