@@ -96,6 +96,25 @@ def _evaluate(args):
     return 0
 
 
+def _predict(args):
+    from keras_vit.evaluate import load_trained_model
+    from keras_vit.predict import predict_files
+
+    if args.top_k < 1:
+        raise ValueError(f"--top-k must be at least 1, got {args.top_k}.")
+    results = predict_files(load_trained_model(args.model), args.images, top_k=args.top_k)
+    if args.json:
+        print(json.dumps(results, indent=2))
+    else:
+        for result in results:
+            if "error" in result:
+                print(f"{result['path']}: error: {result['error']}")
+                continue
+            ranked = ", ".join(f"{p['class']} {p['probability']:.3f}" for p in result["top_k"])
+            print(f"{result['path']}: {ranked}")
+    return 1 if any("error" in r for r in results) else 0
+
+
 def _parse_override(item):
     """`depth=4` -> ("depth", 4): the value is read as JSON, else kept as a string."""
     key, separator, value = item.partition("=")
@@ -108,11 +127,11 @@ def _parse_override(item):
 
 
 def _add_train_arguments(parser):
-    from keras_vit.train import PRECISIONS, PRESETS, STRATEGIES
+    from keras_vit.recipes import PRECISIONS, PRESETS, STRATEGIES
 
     add = parser.add_argument
     add("--dataset", help="an image folder or .zip of class_name/image files, or cifar10-mini (default)")
-    add("--model", help="a name from `keras-vit models` (default vit_mini_patch4_32)")
+    add("--model", help="a name from `keras-vit models` (default vit_nano_patch4_32)")
     add("--output", help="the run folder (default runs/latest); rerun the same command to resume")
     add("--preset", choices=sorted(PRESETS), help="recipe defaults: scratch (default) or finetune")
     add("--epochs", type=int)
@@ -179,6 +198,13 @@ def build_parser():
     )
     evaluate.add_argument("--json", action="store_true", help="print JSON, for scripts")
     evaluate.set_defaults(run=_evaluate)
+
+    predict = commands.add_parser("predict", help="top-k classes of image files")
+    predict.add_argument("model", help="a run folder or a .keras file")
+    predict.add_argument("images", nargs="+", help="JPEG, PNG, GIF or BMP files")
+    predict.add_argument("--top-k", type=int, default=5)
+    predict.add_argument("--json", action="store_true", help="print JSON: each image's path and top-k")
+    predict.set_defaults(run=_predict)
     return parser
 
 

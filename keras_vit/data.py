@@ -11,6 +11,7 @@ tf.data pipeline decodes them, so a large folder costs no memory up front.
 """
 
 import dataclasses
+import functools
 import logging
 import os
 import random
@@ -59,6 +60,68 @@ class ImageFolder:
         if split not in self.splits:
             raise KeyError(f"{self.source} has no {split!r} split; it has {sorted(self.splits)}.")
         return self.splits[split]
+
+
+@dataclasses.dataclass(frozen=True)
+class TfdsSplit:
+    """One split of a tensorflow-datasets dataset, with the same interface as `Split`."""
+
+    builder: object
+    split: str
+
+    def __len__(self):
+        return len(self.labels)
+
+    def to_dataset(self):
+        """A `tf.data.Dataset` of `(uint8 image, label)` pairs."""
+        return self.builder.as_dataset(split=self.split, as_supervised=True, shuffle_files=False)
+
+    @functools.cached_property
+    def labels(self):
+        return tuple(int(y) for y in self.to_dataset().map(lambda x, y: y).as_numpy_iterator())
+
+
+def load_dataset(name, validation_split=0.1, seed=0, data_dir=None):
+    """A dataset by name: an embedded one, a folder or `.zip`, or a tensorflow-datasets name.
+
+    tfds datasets download and prepare on first use (into `data_dir`, by
+    default tfds' own folder); with no validation split, the last
+    `validation_split` of the training split is held out.
+    """
+    if name in EMBEDDED_DATASETS or os.path.exists(os.fspath(name)):
+        return read_image_folder(name, validation_split=validation_split, seed=seed)
+    if os.sep in os.fspath(name) or os.fspath(name).endswith(".zip"):
+        raise FileNotFoundError(f"Dataset not found: {name}")
+    return read_tfds(name, validation_split=validation_split, data_dir=data_dir)
+
+
+def read_tfds(name, validation_split=0.1, data_dir=None):
+    """Reads an image-classification dataset from tensorflow-datasets."""
+    import tensorflow_datasets as tfds
+
+    try:
+        builder = tfds.builder(name, data_dir=data_dir)
+    except Exception as error:  # tfds raises its own DatasetNotFoundError
+        raise ValueError(
+            f"{name!r} is neither a folder, a .zip, an embedded dataset ({', '.join(EMBEDDED_DATASETS)}) "
+            f"nor a tensorflow-datasets name: {str(error).splitlines()[0]}"
+        ) from None
+    info = builder.info
+    keys = info.supervised_keys
+    if not keys or "label" not in info.features or not hasattr(info.features["label"], "names"):
+        raise ValueError(f"tfds dataset {name!r} is not an image-classification dataset with named labels.")
+    builder.download_and_prepare()
+    # An unprepared builder (as under tfds.testing.mock_data) lists no splits: assume the usual pair.
+    available = list(info.splits.keys()) or ["train", "test"]
+    if "train" not in available:
+        raise ValueError(f"tfds dataset {name!r} has no train split; it has {available}.")
+    chosen = {"train": "train"}
+    chosen.update({c: c for c in ("validation", "test") if c in available})
+    if "validation" not in chosen:
+        percent = max(1, round(100 * validation_split))
+        chosen["train"], chosen["validation"] = f"train[:{100 - percent}%]", f"train[{100 - percent}%:]"
+    result = {role: TfdsSplit(builder, split) for role, split in chosen.items()}
+    return ImageFolder(source=f"tfds:{name}", class_names=tuple(info.features["label"].names), splits=result)
 
 
 def embedded_dataset_path(name):

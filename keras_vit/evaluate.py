@@ -31,7 +31,7 @@ def evaluate(model, dataset="cifar10-mini", split=None, batch_size=100, validati
         A dict with `top1`, `top5`, `per_class` accuracy, the `confusion`
         matrix (rows: true class, columns: predicted), `count` and `split`.
     """
-    folder = data.read_image_folder(dataset, validation_split=validation_split, seed=seed)
+    folder = data.load_dataset(dataset, validation_split=validation_split, seed=seed)
     split = split or ("test" if "test" in folder.splits else "validation")
     class_names = list(folder.class_names)
     model_classes = getattr(model, "class_names", None)

@@ -27,14 +27,10 @@ import tensorflow as tf
 
 from keras_vit import configs, data, pipeline
 from keras_vit.models import create_model
+from keras_vit.recipes import NO_DECAY, PRECISIONS, PRESETS, STRATEGIES
 from keras_vit.weights import load_weights
 
 logger = logging.getLogger(__name__)
-
-STRATEGIES = ("auto", "mirrored", "multi-worker", "one-device")
-PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
-# Variables that get no weight decay (matched against variable paths).
-NO_DECAY = ["gamma", "beta", "bias", "cls_token", "position_embedding"]
 
 
 @dataclasses.dataclass
@@ -42,10 +38,10 @@ class TrainConfig:
     """Everything a run needs; `keras-vit train` flags map one to one."""
 
     dataset: str = "cifar10-mini"
-    model: str = "vit_mini_patch4_32"
+    model: str = "vit_nano_patch4_32"
     output: str = "runs/latest"
     preset: str = "scratch"
-    epochs: int = 10
+    epochs: int = 15
     batch_size: int = 128
     learning_rate: float | None = None
     weight_decay: float | None = None
@@ -89,17 +85,6 @@ class TrainConfig:
                 raise ValueError(f"{name} must not be negative, got {value}.")
         if self.learning_rate == 0:
             raise ValueError("learning_rate must be positive.")
-
-
-# The two recipes. Values are used where the config leaves None.
-PRESETS = {
-    # From scratch on small images (DeiT-style, scaled down): strong decay, long warmup.
-    "scratch": dict(learning_rate=1e-3, weight_decay=0.05, warmup_epochs=2, drop_path_rate=0.1),
-    # Fine-tune a pretrained model: small steps, short warmup, Inception crops.
-    "finetune": dict(
-        learning_rate=1e-4, weight_decay=0.01, warmup_epochs=1, drop_path_rate=0.1, crop="resized"
-    ),
-}
 
 
 def _resolved(config):
@@ -318,9 +303,7 @@ def train(config):
     chief = _is_chief()
     output = config.output
 
-    dataset = data.read_image_folder(
-        config.dataset, validation_split=config.validation_split, seed=config.seed
-    )
+    dataset = data.load_dataset(config.dataset, validation_split=config.validation_split, seed=config.seed)
     class_names = list(dataset.class_names)
     num_classes = len(class_names)
     image_size = (config.image_size, config.image_size)

@@ -7,7 +7,8 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 export KERAS_BACKEND=tensorflow TF_CPP_MIN_LOG_LEVEL=3
 run="runs/quickstart-$(date +%Y%m%d-%H%M%S)"
-.venv/bin/keras-vit train --model vit_mini_patch4_32 --epochs 6 --output "$run"
+.venv/bin/keras-vit train --model vit_nano_patch4_32 --epochs 15 --learning-rate 2e-3 --warmup-epochs 1 \
+    --output "$run"
 .venv/bin/keras-vit evaluate "$run" --dataset cifar10-mini --split test
 echo
 echo "Run folder: $run (model.keras, history.json, training.png, evaluation.json, confusion.png)"

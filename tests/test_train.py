@@ -80,6 +80,7 @@ def test_evaluate_scores_the_run_on_its_own_validation_split(colors_dataset, tmp
     from keras_vit.cli import main
 
     train(_config(colors_dataset, tmp_path / "run", epochs=8, learning_rate=3e-3))
+    capsys.readouterr()  # drop fit's progress lines
     assert main(["evaluate", str(tmp_path / "run"), "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
     assert result["split"] == "validation" and result["count"] == 18  # 25% of 24 per class
@@ -92,6 +93,16 @@ def test_evaluate_scores_the_run_on_its_own_validation_split(colors_dataset, tmp
         from keras_vit.evaluate import evaluate, load_trained_model
 
         evaluate(load_trained_model(tmp_path / "run"), dataset="cifar10-mini")
+
+    # predict: class names from the model; a bad file is reported, the others still classified.
+    red = os.path.join(colors_dataset, "red", "00.png")
+    broken = tmp_path / "broken.jpg"
+    broken.write_bytes(b"not a jpeg at all")
+    assert main(["predict", str(tmp_path / "run"), red, str(broken), "--top-k", "2", "--json"]) == 1
+    first, second = json.loads(capsys.readouterr().out)
+    assert first["top_k"][0]["class"] == "red" and len(first["top_k"]) == 2
+    assert sum(p["probability"] for p in first["top_k"]) <= 1.0 + 1e-6
+    assert "broken.jpg is not a readable JPEG, PNG, GIF or BMP image" in second["error"]
 
 
 def test_weight_decay_skips_norms_biases_and_embeddings(colors_dataset, tmp_path):
@@ -244,3 +255,19 @@ def test_multi_worker_training_ends_with_the_same_weights_on_both_workers(colors
     np.testing.assert_array_equal(first, second)
     assert (tmp_path / "worker0" / "history.json").exists()  # the chief writes the run folder
     assert not (tmp_path / "worker1" / "history.json").exists()
+
+
+def test_tensorflow_datasets_names_train_and_evaluate_without_downloading(tmp_path, capsys):
+    tfds = pytest.importorskip("tensorflow_datasets")
+    from keras_vit.cli import main
+
+    with tfds.testing.mock_data(num_examples=24):
+        run = train(
+            _config("cifar10", tmp_path / "run", epochs=1, image_size=32, crop="pad", backup_every_steps=100)
+        )
+        assert len(run.model.class_names) == 10  # mocked metadata: names "0".."9"
+        assert run.summary["optimizer_steps"] == 24 // 8
+        capsys.readouterr()  # drop fit's progress lines
+        assert main(["evaluate", str(tmp_path / "run"), "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["dataset"] == "tfds:cifar10" and result["split"] == "test" and result["count"] == 24

@@ -1,0 +1,71 @@
+"""Classifying image files with a trained model: top-k class names and probabilities."""
+
+import os
+
+import numpy as np
+
+
+def read_image(path, image_size):
+    """Reads and decodes one image file to float32 pixels in [0, 255] at `image_size`.
+
+    Raises:
+        FileNotFoundError: no file at `path`.
+        ValueError: the file is a directory, empty, or not a decodable image.
+    """
+    import tensorflow as tf
+
+    from keras_vit.pipeline import decode_image, resize
+
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"Image not found: {path}")
+    if os.path.isdir(path):
+        raise ValueError(f"Expected an image file but {path} is a directory.")
+    with open(path, "rb") as f:
+        encoded = f.read()
+    if not encoded:
+        raise ValueError(f"{path} is empty (0 bytes), not an image.")
+    try:
+        image = decode_image(tf.constant(encoded))
+    except (tf.errors.InvalidArgumentError, tf.errors.UnknownError) as error:
+        raise ValueError(
+            f"{path} is not a readable JPEG, PNG, GIF or BMP image ({error.message.splitlines()[0]})."
+        ) from None
+    return resize(image, image_size).numpy()
+
+
+def predict_files(model, paths, top_k=5):
+    """Classifies image files; a bad file is reported and the others still classified.
+
+    Returns:
+        One dict per path: `{"path", "top_k": [{"class", "index", "probability"}]}`
+        or `{"path", "error"}`.
+    """
+    import keras
+
+    image_size = tuple(model.input_shape[1:3])
+    class_names = getattr(model, "class_names", None)
+    results, images, good = [], [], []
+    for path in paths:
+        try:
+            images.append(read_image(path, image_size))
+            good.append(len(results))
+            results.append({"path": os.fspath(path)})
+        except (FileNotFoundError, ValueError) as error:
+            results.append({"path": os.fspath(path), "error": str(error)})
+    if images:
+        scores = model.predict(np.stack(images), verbose=0)
+        if getattr(model, "classifier_activation", None) != "softmax":
+            scores = keras.ops.convert_to_numpy(keras.ops.softmax(scores, axis=-1))
+        k = min(top_k, scores.shape[-1])
+        for row, index in zip(scores, good, strict=True):
+            ranked = np.argsort(-row)[:k]
+            results[index]["top_k"] = [
+                {
+                    "class": class_names[i] if class_names else str(i),
+                    "index": int(i),
+                    "probability": float(row[i]),
+                }
+                for i in ranked
+            ]
+    return results
