@@ -4,43 +4,34 @@
     model = keras_vit.create_model("vit_base_patch16_224", num_classes=10)
     keras_vit.load_weights(model, "vit_base_patch16_224.safetensors")
 
-Names are imported on first use, so that tools that need no Keras (the CLI's
-`models` listing, apps running a `.tflite`) start without loading TensorFlow.
+Importing the package registers its layers and the `ViT` model with Keras,
+so `keras.models.load_model("model.keras")` works after `import keras_vit`.
 """
 
-import importlib
 import os
 
 # Keras reads its backend once, at import: TensorFlow unless the user chose.
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
+from keras_vit import layers  # noqa: E402
+from keras_vit.complexity import forward_flops, parameter_count, training_flops  # noqa: E402
+from keras_vit.configs import list_models  # noqa: E402
+from keras_vit.models import ViT, create_model, resize_model  # noqa: E402
+from keras_vit.pos_embed import resample_position_embeddings  # noqa: E402
+from keras_vit.weights import CheckpointMismatchError, load_weights  # noqa: E402
+
 __version__ = "0.1.0"
 
-_EXPORTS = {
-    "CheckpointMismatchError": "keras_vit.weights",
-    "ViT": "keras_vit.models",
-    "create_model": "keras_vit.models",
-    "forward_flops": "keras_vit.complexity",
-    "list_models": "keras_vit.configs",
-    "load_weights": "keras_vit.weights",
-    "parameter_count": "keras_vit.complexity",
-    "resample_position_embeddings": "keras_vit.pos_embed",
-    "resize_model": "keras_vit.models",
-    "training_flops": "keras_vit.complexity",
-}
-
-__all__ = sorted(_EXPORTS) + ["layers"]
-
-
-def __getattr__(name):
-    if name == "layers":
-        return importlib.import_module("keras_vit.layers")
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'keras_vit' has no attribute {name!r}")
-    value = getattr(importlib.import_module(_EXPORTS[name]), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return sorted(set(globals()) | set(__all__))
+__all__ = [
+    "CheckpointMismatchError",
+    "ViT",
+    "create_model",
+    "forward_flops",
+    "layers",
+    "list_models",
+    "load_weights",
+    "parameter_count",
+    "resample_position_embeddings",
+    "resize_model",
+    "training_flops",
+]

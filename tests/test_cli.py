@@ -36,14 +36,18 @@ def test_bad_arguments_exit_with_status_2(capsys):
     assert "--num-classes must be at least 1" in capsys.readouterr().err
 
 
-def test_listing_models_does_not_load_tensorflow():
-    """The CLI's listing and keras_vit's import stay fast: TensorFlow loads on first use."""
+def test_a_saved_model_loads_in_a_fresh_process_after_import_keras_vit(tmp_path, tiny_config):
+    """`import keras_vit` registers the classes that `keras.models.load_model` looks up."""
+    model = keras_vit.ViT(**tiny_config, class_names=[str(i) for i in range(10)])
+    model.save(tmp_path / "m.keras")
     code = (
-        "import sys; from keras_vit.cli import main; main(['models']); "
-        "print('LOADED' if 'tensorflow' in sys.modules else 'NOT LOADED')"
+        "import sys, keras_vit, keras; "
+        "m = keras.models.load_model(sys.argv[1]); print(type(m).__name__, m.class_names[3])"
     )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert result.stdout.strip().endswith("NOT LOADED")
+    result = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "m.keras")], capture_output=True, text=True, check=True
+    )
+    assert result.stdout.split() == ["ViT", "3"]
 
 
 def test_python_dash_m_runs_the_cli():
