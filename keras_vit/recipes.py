@@ -1,6 +1,6 @@
 """The training recipes and the choices `keras-vit train` offers.
 
-Plain Python, so the CLI can list them without loading TensorFlow.
+Plain data, apart from the training code that applies it.
 """
 
 STRATEGIES = ("auto", "mirrored", "multi-worker", "one-device")

@@ -267,7 +267,8 @@ def test_multi_worker_training_ends_with_the_same_weights_on_both_workers(colors
 
 
 def test_tensorflow_datasets_names_train_and_evaluate_without_downloading(tmp_path, capsys):
-    tfds = pytest.importorskip("tensorflow_datasets")
+    import tensorflow_datasets as tfds
+
     from keras_vit.cli import main
 
     with tfds.testing.mock_data(num_examples=24):
