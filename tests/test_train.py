@@ -234,8 +234,9 @@ def _free_ports(count):
 
 @pytest.mark.xfail(
     strict=True,
-    reason="Keras 3.15's fit() reduces the first distributed batch eagerly (Trainer._maybe_symbolic_build), "
-    "which MultiWorkerMirroredStrategy rejects: 'Attempt to convert a value (PerReplica...) to a Tensor'. "
+    reason="Keras 3.15's fit() under MultiWorkerMirroredStrategy fails: first Trainer._maybe_symbolic_build "
+    "reduces a batch eagerly ('Attempt to convert a value (PerReplica...) to a Tensor'); with that worked "
+    "around, reduce_per_replica fails ('Invalid reduction dimension 0 for input with 0 dimensions'). "
     "Strict: this test fails loudly once Keras fixes it, so the marker gets removed.",
 )
 def test_multi_worker_training_ends_with_the_same_weights_on_both_workers(colors_dataset, tmp_path):
