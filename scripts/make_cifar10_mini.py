@@ -74,7 +74,8 @@ def main(argv=None):
     if _md5(args.source) != SOURCE_MD5:
         sys.exit(f"make_cifar10_mini: {args.source} is not the expected CIFAR-10 archive (md5 differs)")
     selected = build(args.source, args.output, args.train_per_class, args.test_per_class, args.seed)
-    print(f"{args.output}: {len(selected)} images, {os.path.getsize(args.output):,} bytes, md5 {_md5(args.output)}")
+    size = os.path.getsize(args.output)
+    print(f"{args.output}: {len(selected)} images, {size:,} bytes, md5 {_md5(args.output)}")
     return 0
 
 
