@@ -69,25 +69,33 @@ def test_wrong_image_size_names_both_shapes(tiny_config):
         model(np.zeros((1, 64, 64, 3), "float32"))
 
 
+def _timm_vit_on_meta(name):
+    """timm's VisionTransformer with a config's architecture, shapes only: even ViT-H costs nothing."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("timm")
+    from timm.models.vision_transformer import VisionTransformer
+
+    c = MODEL_CONFIGS[name]
+    with torch.device("meta"):
+        return VisionTransformer(
+            img_size=c["image_size"],
+            patch_size=c["patch_size"],
+            embed_dim=c["hidden_dim"],
+            depth=c["depth"],
+            num_heads=c["num_heads"],
+            mlp_ratio=c["mlp_dim"] / c["hidden_dim"],
+            num_classes=1000,
+        ).eval()
+
+
 def _timm_parameter_count(name):
     timm = pytest.importorskip("timm")
     torch = pytest.importorskip("torch")
-    from timm.models.vision_transformer import VisionTransformer
-
-    config = MODEL_CONFIGS[name]
-    with torch.device("meta"):  # shapes only: even ViT-H costs nothing
-        if name in timm.list_models():
+    if name in timm.list_models():  # timm's own registered config, where it has one
+        with torch.device("meta"):
             model = timm.create_model(name, pretrained=False, num_classes=1000)
-        else:
-            model = VisionTransformer(
-                img_size=config["image_size"],
-                patch_size=config["patch_size"],
-                embed_dim=config["hidden_dim"],
-                depth=config["depth"],
-                num_heads=config["num_heads"],
-                mlp_ratio=config["mlp_dim"] / config["hidden_dim"],
-                num_classes=1000,
-            )
+    else:
+        model = _timm_vit_on_meta(name)
     return sum(p.numel() for p in model.parameters())
 
 
@@ -120,23 +128,13 @@ def test_analytic_parameter_count_equals_the_built_model(name, overrides):
 @pytest.mark.parametrize("name", ["vit_tiny_patch16_224", "vit_small_patch32_224", "vit_mini_patch4_32"])
 def test_forward_flops_equal_pytorchs_flop_counter_on_timm(name):
     torch = pytest.importorskip("torch")
-    pytest.importorskip("timm")
-    from timm.models.vision_transformer import VisionTransformer
     from torch.utils.flop_counter import FlopCounterMode
 
-    c = MODEL_CONFIGS[name]
-    with torch.device("meta"):
-        model = VisionTransformer(
-            img_size=c["image_size"],
-            patch_size=c["patch_size"],
-            embed_dim=c["hidden_dim"],
-            depth=c["depth"],
-            num_heads=c["num_heads"],
-            mlp_ratio=c["mlp_dim"] / c["hidden_dim"],
-        ).eval()
-        counter = FlopCounterMode(display=False)
-        with counter, torch.no_grad():
-            model(torch.empty(1, 3, c["image_size"], c["image_size"]))
+    model = _timm_vit_on_meta(name)
+    size = MODEL_CONFIGS[name]["image_size"]
+    counter = FlopCounterMode(display=False)
+    with torch.device("meta"), counter, torch.no_grad():
+        model(torch.empty(1, 3, size, size))
     assert keras_vit.forward_flops(name) == counter.get_total_flops()
     assert keras_vit.training_flops(name) == 3 * counter.get_total_flops()
 
