@@ -70,7 +70,10 @@ class TfdsSplit:
     split: str
 
     def __len__(self):
-        return len(self.labels)
+        try:  # from the metadata, also for slices such as "train[:90%]"
+            return self.builder.info.splits[self.split].num_examples
+        except KeyError:  # an unprepared builder: count
+            return len(self.labels)
 
     def to_dataset(self):
         """A `tf.data.Dataset` of `(uint8 image, label)` pairs."""

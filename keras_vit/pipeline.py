@@ -157,7 +157,9 @@ def make_dataset(
         training: shuffle, augment and drop the last partial batch.
         augmentation: an `Augmentation`; ignored unless `training`.
         seed: int or None. Makes shuffling and augmentation repeatable.
-        cache: keep decoded images in memory after the first epoch.
+        cache: keep images in memory after the first epoch: encoded ones for
+            training (shuffled whole, then decoded each epoch), decoded and
+            resized ones for evaluation.
         num_examples: the dataset's size, for the shuffle buffer; counted if None.
 
     Returns:
@@ -172,18 +174,25 @@ def make_dataset(
             image = tf.image.grayscale_to_rgb(image)
         return image, label
 
-    dataset = pairs.map(decode, num_parallel_calls=AUTOTUNE)
     if not training:
+        dataset = pairs.map(decode, num_parallel_calls=AUTOTUNE)
         # Resize before caching: evaluation images never change.
         dataset = dataset.map(lambda x, y: (resize(x, image_size), y), num_parallel_calls=AUTOTUNE)
-    if cache:
-        dataset = dataset.cache()
-    if training:
+        if cache:
+            dataset = dataset.cache()
+    else:
         if num_examples is None:
             num_examples = int(pairs.cardinality())
             if num_examples < 0:
                 num_examples = 10_000
-        dataset = dataset.shuffle(min(num_examples, 10_000), seed=seed, reshuffle_each_iteration=True)
+        encoded = pairs.element_spec[0].dtype == tf.string
+        # Cache and shuffle before decoding: encoded images are small, so the buffer can
+        # hold the whole dataset. Folders list images class by class, and a partial
+        # shuffle of such a list gives batches of one or two classes.
+        dataset = pairs.cache() if cache else pairs
+        buffer = num_examples if encoded else min(num_examples, 10_000)
+        dataset = dataset.shuffle(buffer, seed=seed, reshuffle_each_iteration=True)
+        dataset = dataset.map(decode, num_parallel_calls=AUTOTUNE)
         seeds = tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True).batch(4)
         dataset = tf.data.Dataset.zip((dataset, seeds))
 
