@@ -85,6 +85,15 @@ class TrainConfig:
                 raise ValueError(f"{name} must not be negative, got {value}.")
         if self.learning_rate == 0:
             raise ValueError("learning_rate must be positive.")
+        # These come from their own settings or from the dataset; an override would disagree.
+        owned = {"num_classes", "class_names", "image_size", "dropout", "drop_path_rate"}
+        owned |= {"image_mean", "image_std", "dtype", "name"}
+        clash = sorted(owned & set(self.overrides))
+        if clash:
+            raise ValueError(
+                f"--override cannot set {clash}: use the matching flag (e.g. --image-size, --precision) "
+                f"or let the dataset decide (classes)."
+            )
 
 
 def _resolved(config):

@@ -132,6 +132,8 @@ def test_bad_settings_are_clear_errors(colors_dataset, tmp_path):
         train(_config(colors_dataset, tmp_path / "b", model="vit_gigantic"))
     with pytest.raises(ValueError, match="fewer than one batch"):
         train(_config(colors_dataset, tmp_path / "c", batch_size=512))
+    with pytest.raises(ValueError, match=r"--override cannot set \['image_size'\]"):
+        train(_config(colors_dataset, tmp_path / "d", overrides=dict(TINY_MODEL, image_size=48)))
 
 
 def _cli_command(*args):
