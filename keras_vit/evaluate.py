@@ -1,12 +1,12 @@
 """Evaluation of a trained model: top-1, top-5, per-class accuracy and a confusion matrix."""
 
-import json
 import os
 
 import keras
 import numpy as np
 
 from keras_vit import data, pipeline
+from keras_vit.files import pyplot, save_figure, write_json
 
 
 def load_trained_model(path):
@@ -72,17 +72,10 @@ def evaluate(model, dataset="cifar10-mini", split=None, batch_size=100, validati
 
 def plot_confusion(result, path):
     """Writes the confusion matrix as a PNG, atomically."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from keras_vit.train import atomic_write
-
     confusion = np.asarray(result["confusion"])
     names = result["class_names"]
     size = max(4, 0.5 * len(names) + 2)
-    figure, axis = plt.subplots(figsize=(size, size))
+    figure, axis = pyplot().subplots(figsize=(size, size))
     axis.imshow(confusion, cmap="Blues")
     axis.set_xticks(range(len(names)), names, rotation=90)
     axis.set_yticks(range(len(names)), names)
@@ -92,17 +85,10 @@ def plot_confusion(result, path):
     for (i, j), count in np.ndenumerate(confusion):
         axis.text(j, i, str(count), ha="center", va="center", fontsize=7)
     figure.tight_layout()
-    atomic_write(path, lambda temporary: figure.savefig(temporary, dpi=100, format="png"))
-    plt.close(figure)
+    save_figure(figure, path)
 
 
 def write_report(result, folder):
     """Writes `evaluation.json` and `confusion.png` into `folder`."""
-    from keras_vit.train import atomic_write
-
-    def write(temporary):
-        with open(temporary, "w") as f:
-            json.dump(result, f, indent=2)
-
-    atomic_write(os.path.join(folder, "evaluation.json"), write)
+    write_json(os.path.join(folder, "evaluation.json"), result)
     plot_confusion(result, os.path.join(folder, "confusion.png"))

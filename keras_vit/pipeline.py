@@ -60,7 +60,7 @@ def decode_image(encoded, channels=3):
 
 
 def resize(image, image_size):
-    """Resizes to `image_size` (height, width) as float32 in [0, 255]; no-op sizes cost nothing."""
+    """Resizes to `image_size` (height, width) as float32 in [0, 255]; skipped when it already fits."""
     image = tf.cast(image, tf.float32)
     if image.shape[0] == image_size[0] and image.shape[1] == image_size[1]:
         return image

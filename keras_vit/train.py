@@ -20,12 +20,12 @@ import json
 import logging
 import math
 import os
-import tempfile
 
 import keras
 import tensorflow as tf
 
 from keras_vit import configs, data, pipeline
+from keras_vit.files import atomic_write, pyplot, save_figure, write_json
 from keras_vit.models import create_model
 from keras_vit.recipes import NO_DECAY, PRECISIONS, PRESETS, STRATEGIES
 from keras_vit.weights import load_weights
@@ -142,33 +142,6 @@ def _is_chief():
     )
 
 
-def atomic_write(path, write):
-    """Calls `write(temporary_path)`, then renames it to `path`: never a half-written file."""
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    suffix = os.path.splitext(path)[1]
-    handle, temporary = tempfile.mkstemp(prefix=".partial-", suffix=suffix, dir=folder)
-    os.close(handle)
-    try:
-        write(temporary)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(temporary, 0o666 & ~umask)  # mkstemp makes files private; give the usual mode
-        os.replace(temporary, path)
-    finally:
-        if os.path.exists(temporary):
-            os.remove(temporary)
-
-
-def _write_json(path, value):
-    def write(temporary):
-        with open(temporary, "w") as f:
-            json.dump(value, f, indent=2)
-            f.write("\n")
-
-    atomic_write(path, write)
-
-
 class BestModelCheckpoint(keras.callbacks.Callback):
     """Saves the model with the best validation accuracy, atomically, on the chief only."""
 
@@ -266,12 +239,7 @@ def _optimizer(config, total_steps, warmup_steps):
 
 
 def _plot(history, path):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figure, (loss_axis, accuracy_axis) = plt.subplots(1, 2, figsize=(10, 4))
+    figure, (loss_axis, accuracy_axis) = pyplot().subplots(1, 2, figsize=(10, 4))
     epochs = range(1, len(history["loss"]) + 1)
     for key in ("loss", "val_loss"):
         if key in history:
@@ -285,8 +253,7 @@ def _plot(history, path):
         axis.grid(alpha=0.3)
         axis.legend()
     figure.tight_layout()
-    atomic_write(path, lambda temporary: figure.savefig(temporary, dpi=100, format="png"))
-    plt.close(figure)
+    save_figure(figure, path)
 
 
 @dataclasses.dataclass
@@ -369,8 +336,8 @@ def train(config):
         )
     os.makedirs(output, exist_ok=True)
     if chief:
-        _write_json(os.path.join(output, "class_names.json"), class_names)
-        _write_json(
+        write_json(os.path.join(output, "class_names.json"), class_names)
+        write_json(
             os.path.join(output, "preprocessing.json"),
             {
                 "image_size": list(image_size),
@@ -423,7 +390,7 @@ def train(config):
         "history": history,
     }
     if chief:
-        _write_json(os.path.join(output, "history.json"), summary)
+        write_json(os.path.join(output, "history.json"), summary)
         _plot(history, os.path.join(output, "training.png"))
     return TrainingRun(model=model, summary=summary)
 
