@@ -1,0 +1,92 @@
+"""What every export format is built from: a float32 Keras ViT that maps pixels to probabilities.
+
+A trained model carries its own preprocessing (image size, normalisation inside
+the graph, class names in its config). Each export reads them from here and
+nowhere else, so SavedModel, TFLite and ONNX take the same input: RGB pixels in
+[0, 255], resized to the model's image size.
+"""
+
+import dataclasses
+import re
+
+import keras
+
+
+@dataclasses.dataclass
+class Classifier:
+    """A Keras model ready for export.
+
+    Attributes:
+        model: the Keras model, float32 whatever precision it was trained in.
+        name: a name for serving (`[A-Za-z0-9_-]`), the model's own by default.
+        image_size: `(height, width)` the model takes.
+        channels: input channels (3 for RGB).
+        class_names: the label of each output, in order.
+        outputs_probabilities: whether `model` ends in a softmax already.
+    """
+
+    model: keras.Model
+    name: str
+    image_size: tuple
+    channels: int
+    class_names: list
+    outputs_probabilities: bool
+
+    @property
+    def num_classes(self):
+        return len(self.class_names)
+
+    def probabilities(self, images):
+        """Class probabilities, float32, for a batch of pixels in [0, 255]."""
+        outputs = self.model(images, training=False)
+        outputs = keras.ops.cast(outputs, "float32")
+        return outputs if self.outputs_probabilities else keras.ops.softmax(outputs, axis=-1)
+
+
+def load_classifier(source, name=None):
+    """Loads a run folder or `.keras` file (or takes a Keras model) for export.
+
+    Raises:
+        FileNotFoundError: no model at `source`.
+        ValueError: not a classifier with a static image size.
+    """
+    from keras_vit.evaluate import load_trained_model
+
+    model = source if isinstance(source, keras.Model) else load_trained_model(source)
+    shape = model.input_shape
+    if not isinstance(shape, tuple) or len(shape) != 4 or None in shape[1:]:
+        raise ValueError(
+            f"Export needs one image input of a fixed size, (batch, height, width, channels); "
+            f"this model takes {shape}."
+        )
+    if len(model.outputs) != 1 or len(model.output_shape) != 2:
+        raise ValueError(
+            f"Export needs a classifier with one (batch, classes) output; this model returns "
+            f"{model.output_shape}. Export a model with its head (include_top=True)."
+        )
+    num_classes = model.output_shape[-1]
+    class_names = getattr(model, "class_names", None) or [str(i) for i in range(num_classes)]
+    # A run's model is named after its config (vit_nano_patch4_32): a fine serving name.
+    name = name or re.sub(r"[^A-Za-z0-9_.-]", "_", model.name)
+    if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", name):
+        raise ValueError(f"Model name {name!r} must use letters, digits, '_', '-' and '.' only.")
+    activation = getattr(model, "classifier_activation", None)
+    return Classifier(
+        model=_float32(model),
+        name=name,
+        image_size=tuple(shape[1:3]),
+        channels=shape[3],
+        class_names=list(class_names),
+        outputs_probabilities=activation == "softmax",
+    )
+
+
+def _float32(model):
+    """The same model in float32: edge runtimes and TF Serving want float32 graphs."""
+    if keras.dtype_policies.get(model.dtype_policy).name == "float32":
+        return model
+    config = model.get_config()
+    config["dtype"] = "float32"
+    copy = model.__class__.from_config(config)
+    copy.set_weights([keras.ops.cast(w, "float32") for w in model.get_weights()])
+    return copy

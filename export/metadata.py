@@ -1,0 +1,164 @@
+"""TFLite model metadata in the format MediaPipe Tasks and the LiteRT support libraries read.
+
+MediaPipe's `ImageClassifier` (Android, iOS, web, Python) needs, inside the
+`.tflite`: the input's normalisation (for float input), its colour space, and a
+label file on the output tensor. The writer in the mediapipe wheel imports a
+compiled module the wheel lacks, and tflite-support pins protobuf<4, so this
+module builds the metadata from MediaPipe's pure-Python schema with
+`flatbuffers`, as the format specifies:
+
+  - a `ModelMetadata` flatbuffer (file identifier `M001`) in a model buffer
+    named `TFLITE_METADATA`;
+  - the label file appended to the `.tflite` as a ZIP archive (the flatbuffer
+    is the archive's preamble, so the file stays a valid model).
+
+Our models normalise inside the graph and take RGB pixels in [0, 255], so the
+metadata's normalisation is the identity (mean 0, std 1): readers apply it and
+hand the model raw pixels.
+"""
+
+import io
+import zipfile
+
+import flatbuffers
+
+METADATA_NAME = "TFLITE_METADATA"
+LABELS_FILE = "labels.txt"
+# The oldest metadata parser that reads every field written here (all from 1.0.0).
+MIN_PARSER_VERSION = "1.0.0"
+
+
+def _schemas():
+    from mediapipe.tasks.metadata import metadata_schema_py_generated as metadata_schema
+    from mediapipe.tasks.metadata import schema_py_generated as model_schema
+
+    return metadata_schema, model_schema
+
+
+def _model_metadata(classifier, input_is_uint8, description):
+    fb, _ = _schemas()
+    height, width = classifier.image_size
+
+    image = fb.TensorMetadataT()
+    image.name = "image"
+    image.description = (
+        f"RGB image, {height}x{width}, pixels in [0, 255]"
+        + (" (uint8)." if input_is_uint8 else " (float32); the model normalises inside.")
+    )
+    image.content = fb.ContentT()
+    image.content.contentPropertiesType = fb.ContentProperties.ImageProperties
+    image.content.contentProperties = fb.ImagePropertiesT()
+    image.content.contentProperties.colorSpace = fb.ColorSpaceType.RGB
+    if not input_is_uint8:
+        # Required by MediaPipe for float input. Identity: the graph normalises itself.
+        normalization = fb.ProcessUnitT()
+        normalization.optionsType = fb.ProcessUnitOptions.NormalizationOptions
+        normalization.options = fb.NormalizationOptionsT()
+        normalization.options.mean = [0.0]
+        normalization.options.std = [1.0]
+        image.processUnits = [normalization]
+    image.stats = fb.StatsT()
+    image.stats.min = [0.0]
+    image.stats.max = [255.0]
+
+    labels = fb.AssociatedFileT()
+    labels.name = LABELS_FILE
+    labels.description = "The class names, one per line, in output order."
+    labels.type = fb.AssociatedFileType.TENSOR_AXIS_LABELS
+
+    probability = fb.TensorMetadataT()
+    probability.name = "probability"
+    probability.description = f"Probabilities of the {classifier.num_classes} classes."
+    probability.content = fb.ContentT()
+    probability.content.contentPropertiesType = fb.ContentProperties.FeatureProperties
+    probability.content.contentProperties = fb.FeaturePropertiesT()
+    probability.stats = fb.StatsT()
+    probability.stats.min = [0.0]
+    probability.stats.max = [1.0]
+    probability.associatedFiles = [labels]
+
+    subgraph = fb.SubGraphMetadataT()
+    subgraph.inputTensorMetadata = [image]
+    subgraph.outputTensorMetadata = [probability]
+
+    model = fb.ModelMetadataT()
+    model.name = classifier.name
+    model.description = description
+    model.version = _version()
+    model.author = "keras-vit"
+    model.subgraphMetadata = [subgraph]
+    model.minParserVersion = MIN_PARSER_VERSION
+    builder = flatbuffers.Builder(0)
+    builder.Finish(model.Pack(builder), b"M001")
+    return bytes(builder.Output())
+
+
+def _version():
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return f"keras-vit {version('keras-vit')}"
+    except PackageNotFoundError:
+        return "keras-vit"
+
+
+def add_metadata(flatbuffer, classifier, description=""):
+    """Returns the `.tflite` bytes with metadata and the label file attached."""
+    _, schema = _schemas()
+    model = schema.ModelT.InitFromObj(schema.Model.GetRootAs(flatbuffer, 0))
+    input_type = model.subgraphs[0].tensors[model.subgraphs[0].inputs[0]].type
+    metadata_buffer = schema.BufferT()
+    metadata_buffer.data = _model_metadata(classifier, input_type == schema.TensorType.UINT8, description)
+    model.buffers.append(metadata_buffer)
+    entry = schema.MetadataT()
+    entry.name = METADATA_NAME
+    entry.buffer = len(model.buffers) - 1
+    model.metadata = [m for m in (model.metadata or []) if m.name != METADATA_NAME.encode()] + [entry]
+    builder = flatbuffers.Builder(0)
+    builder.Finish(model.Pack(builder), b"TFL3")
+
+    packed = io.BytesIO(bytes(builder.Output()))
+    packed.seek(0, io.SEEK_END)
+    # Appending to a non-ZIP file makes the file the archive's preamble; offsets stay absolute.
+    with zipfile.ZipFile(packed, "a", compression=zipfile.ZIP_STORED) as archive:
+        archive.writestr(LABELS_FILE, "".join(f"{name}\n" for name in classifier.class_names))
+    return packed.getvalue()
+
+
+def read_metadata(flatbuffer):
+    """Reads what our metadata records: `{"name", "description", "mean", "std", "labels"}`.
+
+    Raises:
+        ValueError: the model has no metadata or no label file.
+    """
+    fb, schema = _schemas()
+    model = schema.Model.GetRootAs(flatbuffer, 0)
+    for i in range(model.MetadataLength()):
+        if model.Metadata(i).Name().decode() == METADATA_NAME:
+            data = model.Buffers(model.Metadata(i).Buffer()).DataAsNumpy().tobytes()
+            break
+    else:
+        raise ValueError("This .tflite has no metadata; export it with `keras-vit export`.")
+    metadata = fb.ModelMetadataT.InitFromObj(fb.ModelMetadata.GetRootAs(data, 0))
+    image = metadata.subgraphMetadata[0].inputTensorMetadata[0]
+    mean, std = [0.0], [1.0]
+    for unit in image.processUnits or []:
+        if unit.optionsType == fb.ProcessUnitOptions.NormalizationOptions:
+            mean, std = list(unit.options.mean), list(unit.options.std)
+    return {
+        "name": metadata.name.decode() if metadata.name else None,
+        "description": metadata.description.decode() if metadata.description else "",
+        "mean": [float(m) for m in mean],
+        "std": [float(s) for s in std],
+        "labels": read_labels(flatbuffer),
+    }
+
+
+def read_labels(flatbuffer):
+    """The class names from the label file packed in a `.tflite`."""
+    try:
+        with zipfile.ZipFile(io.BytesIO(flatbuffer)) as archive:
+            text = archive.read(LABELS_FILE).decode()
+    except (zipfile.BadZipFile, KeyError):
+        raise ValueError(f"This .tflite has no {LABELS_FILE}; export it with `keras-vit export`.") from None
+    return text.splitlines()

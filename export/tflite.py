@@ -1,0 +1,164 @@
+"""TFLite for phones and boards: fp32, fp16, dynamic-range int8 and full-integer int8.
+
+Every variant has a static batch of 1 (XNNPACK keeps a static graph whole and
+LiteRT.js needs it), takes RGB pixels in [0, 255] (float32, or uint8 for
+full-integer int8 when asked) and returns float32 probabilities. Only builtin
+ops are allowed: a Flex or custom op fails the export, naming the op.
+"""
+
+import os
+import tempfile
+
+import numpy as np
+import tensorflow as tf
+
+# The variants, in the order they are exported and reported.
+VARIANTS = ("fp32", "fp16", "dynamic", "int8")
+# --quantize names -> variants (fp32 is always exported: it is the reference).
+QUANTIZE_CHOICES = {"none": (), "fp16": ("fp16",), "dynamic": ("dynamic",), "int8": ("int8",)}
+
+
+class UnsupportedOpError(ValueError):
+    """The converted model needs an op outside TFLite's builtins (a Flex or custom op)."""
+
+
+def _converter(classifier, folder):
+    """A converter from a batch-1 SavedModel (Keras 3 models cannot go through from_keras_model)."""
+    import keras
+
+    height, width = classifier.image_size
+    spec = tf.TensorSpec([1, height, width, classifier.channels], tf.float32, name="images")
+    archive = keras.export.ExportArchive()
+    archive.track(classifier.model)
+    archive.add_endpoint(
+        "serving_default", lambda images: {"probabilities": classifier.probabilities(images)}, [spec]
+    )
+    archive.write_out(folder, verbose=False)
+    return tf.lite.TFLiteConverter.from_saved_model(folder)
+
+
+def convert(classifier, variant, representative_images=None, int8_input="uint8"):
+    """Converts to one TFLite variant and returns the flatbuffer's bytes.
+
+    Args:
+        classifier: an `export.classifier.Classifier`.
+        variant: one of `VARIANTS`.
+        representative_images: float32 `(n, height, width, channels)` pixels
+            from the training data; calibrates full-integer int8.
+        int8_input: `"uint8"` (pixels as bytes, what camera pipelines give) or
+            `"float32"` for the full-integer variant's input.
+
+    Raises:
+        UnsupportedOpError: the graph needs a Flex or custom op.
+        ValueError: an unknown variant, or int8 without representative images.
+    """
+    if variant not in VARIANTS:
+        raise ValueError(f"Unknown TFLite variant {variant!r}; choose from {', '.join(VARIANTS)}.")
+    if int8_input not in ("uint8", "float32"):
+        raise ValueError(f"int8_input must be 'uint8' or 'float32', got {int8_input!r}.")
+    with tempfile.TemporaryDirectory(prefix="keras-vit-tflite-") as folder:
+        converter = _converter(classifier, folder)
+        converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
+        converter.allow_custom_ops = False
+        if variant == "fp16":
+            converter.optimizations = [tf.lite.Optimize.DEFAULT]
+            converter.target_spec.supported_types = [tf.float16]
+        elif variant == "dynamic":
+            converter.optimizations = [tf.lite.Optimize.DEFAULT]
+        elif variant == "int8":
+            if representative_images is None or len(representative_images) == 0:
+                raise ValueError("Full-integer int8 needs representative images from the training data.")
+            converter.optimizations = [tf.lite.Optimize.DEFAULT]
+            converter.representative_dataset = lambda: (
+                [image[None].astype(np.float32)] for image in representative_images
+            )
+            # Int8 kernels wherever TFLite has them; float builtins where it has none.
+            converter.target_spec.supported_ops = [
+                tf.lite.OpsSet.TFLITE_BUILTINS_INT8,
+                tf.lite.OpsSet.TFLITE_BUILTINS,
+            ]
+            if int8_input == "uint8":
+                converter.inference_input_type = tf.uint8
+        try:
+            flatbuffer = converter.convert()
+        except Exception as error:  # the converter raises its own ConverterError
+            message = str(error)
+            if "Flex" in message or "custom op" in message or "not supported" in message:
+                raise UnsupportedOpError(
+                    f"The {variant} TFLite conversion needs ops outside TFLite's builtins: "
+                    f"{_first_lines(message)}"
+                ) from None
+            raise
+    check_builtin_ops(flatbuffer)
+    return flatbuffer
+
+
+def _first_lines(message, count=6):
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    return " ".join(lines[:count])
+
+
+def operators(flatbuffer):
+    """The op names a `.tflite` flatbuffer uses (custom ops by their custom name)."""
+    from ai_edge_litert import schema_py_generated as schema
+
+    names = {value: key for key, value in vars(schema.BuiltinOperator).items() if not key.startswith("_")}
+    model = schema.Model.GetRootAs(flatbuffer, 0)
+    used = set()
+    for i in range(model.OperatorCodesLength()):
+        code = model.OperatorCodes(i)
+        builtin = max(code.BuiltinCode(), code.DeprecatedBuiltinCode())
+        if builtin == schema.BuiltinOperator.CUSTOM:
+            used.add(code.CustomCode().decode())
+        else:
+            used.add(names.get(builtin, str(builtin)))
+    return sorted(used)
+
+
+def check_builtin_ops(flatbuffer):
+    """Raises `UnsupportedOpError` naming any Flex or custom op in the flatbuffer."""
+    from ai_edge_litert import schema_py_generated as schema
+
+    model = schema.Model.GetRootAs(flatbuffer, 0)
+    custom = sorted(
+        {
+            model.OperatorCodes(i).CustomCode().decode()
+            for i in range(model.OperatorCodesLength())
+            if model.OperatorCodes(i).CustomCode() is not None
+        }
+    )
+    if custom:
+        raise UnsupportedOpError(
+            f"The TFLite model uses ops outside the builtins: {', '.join(custom)}. "
+            f"keras-vit ships builtins only (Flex ops need the TensorFlow runtime on the device)."
+        )
+
+
+def representative_images(dataset, image_size, count=200, seed=0):
+    """`count` training images, decoded and resized as in training, for int8 calibration."""
+    from keras_vit import data, pipeline
+
+    folder = data.load_dataset(dataset, seed=seed)
+    split = folder["train"]
+    batches = pipeline.make_dataset(
+        split.to_dataset(),
+        image_size=tuple(image_size),
+        num_classes=len(folder.class_names),
+        batch_size=count,
+        training=True,  # shuffled, so every class is represented
+        augmentation=pipeline.NO_AUGMENTATION,
+        seed=seed,
+        cache=False,
+    )
+    images, _ = next(iter(batches))
+    return images.numpy()
+
+
+def write(path, flatbuffer):
+    from keras_vit.files import atomic_write
+
+    def write_bytes(temporary):
+        with open(temporary, "wb") as f:
+            f.write(flatbuffer)
+
+    atomic_write(os.fspath(path), write_bytes)
