@@ -6,7 +6,6 @@ full-integer int8 when asked) and returns float32 probabilities. Only builtin
 ops are allowed: a Flex or custom op fails the export, naming the op.
 """
 
-import os
 import tempfile
 
 import numpy as np
@@ -152,13 +151,3 @@ def representative_images(dataset, image_size, count=200, seed=0):
     )
     images, _ = next(iter(batches))
     return images.numpy()
-
-
-def write(path, flatbuffer):
-    from keras_vit.files import atomic_write
-
-    def write_bytes(temporary):
-        with open(temporary, "wb") as f:
-            f.write(flatbuffer)
-
-    atomic_write(os.fspath(path), write_bytes)

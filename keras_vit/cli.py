@@ -97,12 +97,12 @@ def _evaluate(args):
 
 
 def _predict(args):
-    from keras_vit.evaluate import load_trained_model
+    from keras_vit.export.runtimes import open_model
     from keras_vit.predict import predict_files
 
     if args.top_k < 1:
         raise ValueError(f"--top-k must be at least 1, got {args.top_k}.")
-    results = predict_files(load_trained_model(args.model), args.images, top_k=args.top_k)
+    results = predict_files(open_model(args.model), args.images, top_k=args.top_k)
     if args.json:
         print(json.dumps(results, indent=2))
     else:
@@ -113,6 +113,50 @@ def _predict(args):
             ranked = ", ".join(f"{p['class']} {p['probability']:.3f}" for p in result["top_k"])
             print(f"{result['path']}: {ranked}")
     return 1 if any("error" in r for r in results) else 0
+
+
+def _export(args):
+    import logging
+
+    from keras_vit.export.exporter import export_model, parse_formats, parse_quantize
+
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    manifest = export_model(
+        args.model,
+        output=args.output,
+        formats=parse_formats(args.format),
+        quantize=parse_quantize(args.quantize),
+        name=args.name,
+        dataset=args.dataset,
+        int8_input=args.int8_input,
+        verify=args.verify,
+        verify_images=args.verify_images,
+    )
+    return _print_verification(manifest["verification"], manifest["folder"], args.json, manifest)
+
+
+def _verify(args):
+    from keras_vit.export.verify import reverify
+
+    report = reverify(args.folder, model=args.model, dataset=args.dataset, limit=args.limit)
+    return _print_verification(report, args.folder, args.json, report)
+
+
+def _print_verification(report, folder, as_json, value):
+    from keras_vit.export.verify import format_table
+
+    if as_json:
+        print(json.dumps({k: v for k, v in value.items() if k != "table"}, indent=2))
+    else:
+        if report:
+            print("\n" + format_table(report))
+        print(f"Wrote {folder}")
+    if report and not report["passed"]:
+        failed = [name for name, r in report["results"].items() if not r["meets_target"]]
+        print(f"keras-vit: WARNING: below the agreement target: {', '.join(failed)} (see the table).",
+              file=sys.stderr)
+        return 1
+    return 0
 
 
 def _parse_override(item):
@@ -199,8 +243,36 @@ def build_parser():
     evaluate.add_argument("--json", action="store_true", help="print JSON, for scripts")
     evaluate.set_defaults(run=_evaluate)
 
+    export = commands.add_parser(
+        "export", help="SavedModel for TF Serving, TFLite (fp32/fp16/int8), ONNX; verified against Keras"
+    )
+    export.add_argument("model", help="a run folder or a .keras file")
+    export.add_argument("--output", default="exports", help="export root (default exports/)")
+    export.add_argument("--format", default="all", help="all (default) or a comma list of saved_model,tflite,onnx")
+    export.add_argument(
+        "--quantize", default="all",
+        help="TFLite variants beside fp32: all (default), none, or a comma list of fp16,dynamic,int8",
+    )
+    export.add_argument("--int8-input", choices=("uint8", "float32"), default="uint8",
+                        help="input type of the full-integer int8 model (default uint8)")
+    export.add_argument("--name", help="serving name (default: the model's name)")
+    export.add_argument("--dataset", help="held-out and calibration images (default: the run's dataset)")
+    export.add_argument("--verify", action=argparse.BooleanOptionalAction, default=True,
+                        help="check every export against Keras (default on)")
+    export.add_argument("--verify-images", type=int, default=500, help="held-out images to verify on")
+    export.add_argument("--json", action="store_true", help="print the manifest as JSON")
+    export.set_defaults(run=_export)
+
+    verify = commands.add_parser("verify", help="check an export folder against Keras again")
+    verify.add_argument("folder", help="an export folder (OUTPUT/<name>/export-<N>)")
+    verify.add_argument("--model", help="the Keras model (default: the export's source)")
+    verify.add_argument("--dataset", help="default: the export's dataset")
+    verify.add_argument("--limit", type=int, default=500, help="held-out images (default 500)")
+    verify.add_argument("--json", action="store_true", help="print the report as JSON")
+    verify.set_defaults(run=_verify)
+
     predict = commands.add_parser("predict", help="top-k classes of image files")
-    predict.add_argument("model", help="a run folder or a .keras file")
+    predict.add_argument("model", help="a run folder, .keras file, SavedModel folder, .tflite or .onnx")
     predict.add_argument("images", nargs="+", help="JPEG, PNG, GIF or BMP files")
     predict.add_argument("--top-k", type=int, default=5)
     predict.add_argument("--json", action="store_true", help="print JSON: each image's path and top-k")

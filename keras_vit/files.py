@@ -46,3 +46,13 @@ def save_figure(figure, path):
     """Saves a matplotlib figure as PNG, atomically, and closes it."""
     atomic_write(path, lambda temporary: figure.savefig(temporary, dpi=100, format="png"))
     pyplot().close(figure)
+
+
+def write_bytes(path, data):
+    """Writes `data` to `path` atomically."""
+
+    def write(temporary):
+        with open(temporary, "wb") as f:
+            f.write(data)
+
+    atomic_write(os.fspath(path), write)

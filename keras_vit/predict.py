@@ -34,29 +34,28 @@ def read_image(path, image_size):
     return resize(image, image_size).numpy()
 
 
-def predict_files(model, paths, top_k=5):
+def predict_files(runner, paths, top_k=5):
     """Classifies image files; a bad file is reported and the others still classified.
+
+    Args:
+        runner: a `keras_vit.export.runtimes.Runner` (`open_model(path)`) for a
+            `.keras` file, run folder, SavedModel, `.tflite` or `.onnx`.
 
     Returns:
         One dict per path: `{"path", "top_k": [{"class", "index", "probability"}]}`
         or `{"path", "error"}`.
     """
-    import keras
-
-    image_size = tuple(model.input_shape[1:3])
-    class_names = getattr(model, "class_names", None)
+    class_names = runner.class_names
     results, images, good = [], [], []
     for path in paths:
         try:
-            images.append(read_image(path, image_size))
+            images.append(read_image(path, runner.image_size))
             good.append(len(results))
             results.append({"path": os.fspath(path)})
         except (FileNotFoundError, ValueError) as error:
             results.append({"path": os.fspath(path), "error": str(error)})
     if images:
-        scores = model.predict(np.stack(images), verbose=0)
-        if getattr(model, "classifier_activation", None) != "softmax":
-            scores = keras.ops.convert_to_numpy(keras.ops.softmax(scores, axis=-1))
+        scores = runner.predict(np.stack(images))
         k = min(top_k, scores.shape[-1])
         for row, index in zip(scores, good, strict=True):
             ranked = np.argsort(-row)[:k]

@@ -1,0 +1,174 @@
+"""One interface over every model file we make: `.keras`, SavedModel, `.tflite`, `.onnx`.
+
+    runner = open_model("exports/vit/export-1/model_fp32.tflite")
+    probabilities = runner.predict(images)  # float32 pixels in [0, 255]
+
+Each runner reads the image size and class names from the file itself (the
+Keras config, the SavedModel's signature and labels, the TFLite metadata, the
+ONNX metadata), never from a separate config.
+"""
+
+import os
+
+import numpy as np
+
+
+class Runner:
+    """Runs one exported model. Subclasses set `kind`, `image_size`, `class_names`."""
+
+    kind = ""
+    image_size = None
+    class_names = None
+
+    def predict(self, images):
+        """Probabilities `(n, classes)` for float32 pixels `(n, height, width, 3)` in [0, 255]."""
+        raise NotImplementedError
+
+
+class KerasRunner(Runner):
+    kind = "keras"
+
+    def __init__(self, source):
+        from keras_vit.export.classifier import load_classifier
+
+        self.classifier = load_classifier(source)
+        self.image_size = self.classifier.image_size
+        self.class_names = self.classifier.class_names
+
+    def predict(self, images, batch_size=64):
+        import keras
+
+        outputs = [
+            keras.ops.convert_to_numpy(self.classifier.probabilities(images[i : i + batch_size]))
+            for i in range(0, len(images), batch_size)
+        ]
+        return np.concatenate(outputs)
+
+
+class SavedModelRunner(Runner):
+    kind = "saved_model"
+
+    def __init__(self, path):
+        import tensorflow as tf
+
+        from keras_vit.export.serving import LABELS_FILE
+
+        loaded = tf.saved_model.load(path)
+        if "serving_images" not in loaded.signatures:
+            raise ValueError(f"{path} is a SavedModel, but not one from `keras-vit export`.")
+        self._loaded = loaded  # keeps the signature's variables alive
+        self._signature = loaded.signatures["serving_images"]
+        self._bytes_signature = loaded.signatures["serving_default"]
+        spec = self._signature.structured_input_signature[1]["images"]
+        self.image_size = tuple(spec.shape[1:3])
+        with open(os.path.join(path, "assets", LABELS_FILE)) as f:
+            self.class_names = f.read().splitlines()
+
+    def predict(self, images, batch_size=64):
+        import tensorflow as tf
+
+        outputs = [
+            self._signature(images=tf.constant(images[i : i + batch_size]))["probabilities"].numpy()
+            for i in range(0, len(images), batch_size)
+        ]
+        return np.concatenate(outputs)
+
+    def predict_bytes(self, encoded_images):
+        """What TF Serving runs for a REST request: encoded image bytes through `serving_default`."""
+        import tensorflow as tf
+
+        outputs = self._bytes_signature(image_bytes=tf.constant(list(encoded_images)))
+        return {name: value.numpy() for name, value in outputs.items()}
+
+
+class TFLiteRunner(Runner):
+    kind = "tflite"
+
+    def __init__(self, path, num_threads=None):
+        from ai_edge_litert.interpreter import Interpreter
+
+        from keras_vit.export.metadata import read_metadata
+
+        with open(path, "rb") as f:
+            flatbuffer = f.read()
+        self.metadata = read_metadata(flatbuffer)
+        self.class_names = self.metadata["labels"]
+        self.interpreter = Interpreter(model_content=flatbuffer, num_threads=num_threads)
+        self.interpreter.allocate_tensors()
+        self._input = self.interpreter.get_input_details()[0]
+        self._output = self.interpreter.get_output_details()[0]
+        self.image_size = tuple(int(d) for d in self._input["shape"][1:3])
+        self.input_dtype = np.dtype(self._input["dtype"]).name
+
+    def _to_input(self, image):
+        mean = np.asarray(self.metadata["mean"], np.float32)
+        std = np.asarray(self.metadata["std"], np.float32)
+        image = (image - mean) / std  # the metadata's normalisation (identity for our exports)
+        scale, zero_point = self._input["quantization"]
+        if self._input["dtype"] == np.float32:
+            return image[None].astype(np.float32)
+        info = np.iinfo(self._input["dtype"])
+        quantized = np.round(image / scale + zero_point) if scale else np.round(image)
+        return np.clip(quantized, info.min, info.max).astype(self._input["dtype"])[None]
+
+    def predict(self, images):
+        outputs = []
+        for image in images:  # batch 1: the static shape XNNPACK runs best
+            self.interpreter.set_tensor(self._input["index"], self._to_input(image))
+            self.interpreter.invoke()
+            output = self.interpreter.get_tensor(self._output["index"])[0]
+            scale, zero_point = self._output["quantization"]
+            if self._output["dtype"] != np.float32:
+                output = (output.astype(np.float32) - zero_point) * scale
+            outputs.append(output)
+        return np.stack(outputs).astype(np.float32)
+
+
+class OnnxRunner(Runner):
+    kind = "onnx"
+
+    def __init__(self, path):
+        import onnxruntime
+
+        self.session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
+        meta = self.session.get_modelmeta().custom_metadata_map
+        shape = self.session.get_inputs()[0].shape
+        self.image_size = (int(shape[1]), int(shape[2]))
+        self.class_names = meta["class_names"].split("\n") if "class_names" in meta else None
+
+    def predict(self, images, batch_size=64):
+        outputs = [
+            self.session.run(None, {"images": images[i : i + batch_size].astype(np.float32)})[0]
+            for i in range(0, len(images), batch_size)
+        ]
+        return np.concatenate(outputs)
+
+
+def open_model(path):
+    """A `Runner` for a `.keras` file, run folder, SavedModel folder, `.tflite` or `.onnx`.
+
+    Raises:
+        FileNotFoundError: nothing at `path`.
+        ValueError: not a model file we can run.
+    """
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"Model not found: {path}")
+    if os.path.isdir(path):
+        if os.path.exists(os.path.join(path, "saved_model.pb")):
+            return SavedModelRunner(path)
+        if os.path.exists(os.path.join(path, "model.keras")):
+            return KerasRunner(path)
+        raise ValueError(
+            f"{path} is neither a run folder (model.keras) nor a SavedModel (saved_model.pb)."
+        )
+    extension = os.path.splitext(path)[1].lower()
+    if extension == ".keras":
+        return KerasRunner(path)
+    if extension == ".tflite":
+        return TFLiteRunner(path)
+    if extension == ".onnx":
+        return OnnxRunner(path)
+    raise ValueError(
+        f"Cannot run {path}: expected a .keras file, a run folder, a SavedModel folder, a .tflite or an .onnx."
+    )

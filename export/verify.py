@@ -1,0 +1,194 @@
+"""Proof that every export agrees with Keras, on real held-out images.
+
+For each exported file, on the dataset's test split (else validation): top-1
+agreement with Keras, the max absolute difference of probabilities, accuracy,
+and for TFLite the size and batch-1 latency under LiteRT. The SavedModel is
+fed the images' encoded bytes through `serving_default`, exactly as a TF
+Serving REST request delivers them. Results go to `verification.json` and
+`verification.md` beside the exports; a variant below its target is flagged.
+"""
+
+import json
+import os
+import time
+
+import numpy as np
+
+# Per kind of export: (max |probability difference|, min top-1 agreement, max accuracy drop).
+TARGETS = {
+    "saved_model": (1e-4, None, None),
+    "onnx": (1e-4, None, None),
+    "tflite_fp32": (1e-4, None, None),
+    "tflite_fp16": (1e-2, 0.995, None),
+    "tflite_dynamic": (None, 0.99, 0.01),
+    "tflite_int8": (None, 0.99, 0.01),
+}
+
+
+def held_out_images(dataset, image_size, split=None, limit=500, seed=0, validation_split=0.1):
+    """A seeded sample of a held-out split: encoded bytes, float32 pixels and labels.
+
+    Returns:
+        `(encoded, images, labels, split, class_names)`: a list of bytes,
+        `(n, h, w, 3)` float32 pixels in [0, 255] resized as in training, int
+        labels, the split's name and the dataset's class names.
+    """
+    import tensorflow as tf
+
+    from keras_vit import data, pipeline
+
+    folder = data.load_dataset(dataset, validation_split=validation_split, seed=seed)
+    split = split or ("test" if "test" in folder.splits else "validation")
+    pairs = list(folder[split].to_dataset().as_numpy_iterator())
+    order = np.random.default_rng(seed).permutation(len(pairs))[: limit or len(pairs)]
+    encoded, images, labels = [], [], []
+    for index in sorted(order):
+        image, label = pairs[index]
+        if not isinstance(image, bytes):  # tfds gives decoded uint8 arrays
+            image = tf.io.encode_png(image).numpy()
+        encoded.append(image)
+        images.append(pipeline.resize(pipeline.decode_image(tf.constant(image)), image_size).numpy())
+        labels.append(int(label))
+    return encoded, np.stack(images), np.asarray(labels), split, list(folder.class_names)
+
+
+def _latency_ms(runner, image, repeats=30):
+    runner.predict(image[None])  # warm-up: XNNPACK builds its graph on the first run
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        runner.predict(image[None])
+        times.append(time.perf_counter() - start)
+    return 1000 * float(np.median(times))
+
+
+def _compare(name, probabilities, reference, labels):
+    difference = float(np.abs(probabilities - reference).max())
+    agreement = float((probabilities.argmax(1) == reference.argmax(1)).mean())
+    accuracy = float((probabilities.argmax(1) == labels).mean())
+    reference_accuracy = float((reference.argmax(1) == labels).mean())
+    max_difference, min_agreement, max_drop = TARGETS[name]
+    failures = []
+    if max_difference is not None and difference > max_difference:
+        failures.append(f"max |difference| {difference:.2e} > {max_difference:.0e}")
+    if min_agreement is not None and agreement < min_agreement:
+        failures.append(f"top-1 agreement {agreement:.2%} < {min_agreement:.1%}")
+    if max_drop is not None and reference_accuracy - accuracy > max_drop:
+        failures.append(f"accuracy {accuracy:.2%} is more than {max_drop:.0%} below Keras' {reference_accuracy:.2%}")
+    return {
+        "max_abs_difference": difference,
+        "top1_agreement": agreement,
+        "accuracy": accuracy,
+        "meets_target": not failures,
+        "failures": failures,
+    }
+
+
+def verify_exports(keras_model, files, dataset, split=None, limit=500, seed=0, validation_split=0.1):
+    """Runs Keras and each exported file on held-out images and compares them.
+
+    Args:
+        keras_model: a `.keras` path, run folder or Keras model: the reference.
+        files: `{name: path}`, names from `TARGETS` (`saved_model`, `onnx`,
+            `tflite_fp32`, ...).
+        dataset: the dataset the model was trained on (name or path).
+
+    Returns:
+        The report: `{"dataset", "split", "count", "keras_accuracy", "results": {name: {...}}, "passed"}`.
+    """
+    from keras_vit.export.runtimes import KerasRunner, open_model
+
+    reference_runner = KerasRunner(keras_model)
+    encoded, images, labels, split, class_names = held_out_images(
+        dataset, reference_runner.image_size, split, limit, seed, validation_split
+    )
+    if class_names != list(reference_runner.class_names):
+        raise ValueError(
+            f"The model's classes {reference_runner.class_names} differ from {dataset}'s {class_names}; "
+            f"verify on the dataset the model was trained on (--dataset)."
+        )
+    reference = reference_runner.predict(images)
+    results = {}
+    for name, path in files.items():
+        runner = open_model(path)
+        if list(runner.class_names) != list(class_names):
+            raise ValueError(f"{path} carries class names {runner.class_names}, not the model's {class_names}.")
+        if name == "saved_model":
+            probabilities = runner.predict_bytes(encoded)["probabilities"]
+        else:
+            probabilities = runner.predict(images)
+        result = _compare(name, probabilities, reference, labels)
+        result["file"] = os.path.basename(os.path.normpath(path))
+        if os.path.isfile(path):
+            result["bytes"] = os.path.getsize(path)
+        if name.startswith("tflite_"):
+            result["latency_ms"] = _latency_ms(runner, images[0])
+        results[name] = result
+    return {
+        "dataset": str(dataset),
+        "split": split,
+        "count": int(len(labels)),
+        "keras_accuracy": float((reference.argmax(1) == labels).mean()),
+        "results": results,
+        "passed": all(r["meets_target"] for r in results.values()),
+    }
+
+
+def format_table(report):
+    """The report as a Markdown table."""
+    lines = [
+        f"Verified on {report['count']} images of {report['dataset']} [{report['split']}]; "
+        f"Keras accuracy {report['keras_accuracy']:.2%}.",
+        "",
+        "| export | max abs diff | top-1 agreement | accuracy | size (MB) | batch-1 latency (ms) | target |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, r in report["results"].items():
+        size = f"{r['bytes'] / 1e6:.2f}" if "bytes" in r else ""
+        latency = f"{r['latency_ms']:.2f}" if "latency_ms" in r else ""
+        verdict = "met" if r["meets_target"] else "**BELOW TARGET**: " + "; ".join(r["failures"])
+        lines.append(
+            f"| {name} | {r['max_abs_difference']:.2e} | {r['top1_agreement']:.2%} | {r['accuracy']:.2%} "
+            f"| {size} | {latency} | {verdict} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def write_report(report, folder):
+    from keras_vit.files import atomic_write, write_json
+
+    write_json(os.path.join(folder, "verification.json"), report)
+
+    def write_table(temporary):
+        with open(temporary, "w") as f:
+            f.write(format_table(report))
+
+    atomic_write(os.path.join(folder, "verification.md"), write_table)
+
+
+def reverify(folder, model=None, dataset=None, limit=500):
+    """Verifies an export folder (`OUTPUT/<name>/export-<N>`) again; rewrites its reports."""
+    manifest_path = os.path.join(folder, "export.json")
+    if not os.path.exists(manifest_path):
+        raise FileNotFoundError(f"No export.json in {folder}: give an export folder (OUTPUT/<name>/export-<N>).")
+    with open(manifest_path) as f:
+        manifest = json.load(f)
+    model = model or manifest["source"]
+    files = {}
+    if manifest.get("saved_model"):
+        files["saved_model"] = os.path.normpath(os.path.join(folder, manifest["saved_model"]))
+    for file in manifest["files"]:
+        stem, extension = os.path.splitext(file)
+        files["onnx" if extension == ".onnx" else "tflite_" + stem.removeprefix("model_")] = os.path.join(
+            folder, file
+        )
+    report = verify_exports(
+        model,
+        files,
+        dataset or manifest["dataset"],
+        limit=limit,
+        seed=manifest.get("seed", 0),
+        validation_split=manifest.get("validation_split", 0.1),
+    )
+    write_report(report, folder)
+    return report
