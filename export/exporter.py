@@ -79,7 +79,9 @@ def recommended_variant(results):
     candidates = [
         (r["latency_ms"], name)
         for name, r in results.items()
-        if name.startswith("tflite_") and name != "tflite_fp32" and r["meets_target"]
+        if name.startswith("tflite_")
+        and name != "tflite_fp32"
+        and r["meets_target"]
         and (fp32 is None or r["latency_ms"] < fp32["latency_ms"])
     ]
     if candidates:
@@ -153,7 +155,9 @@ def export_model(
             representative = None
             if "int8" in quantize:
                 representative = tflite.representative_images(
-                    settings["dataset"], classifier.image_size, count=calibration_images,
+                    settings["dataset"],
+                    classifier.image_size,
+                    count=calibration_images,
                     seed=settings.get("seed", 0),
                 )
             for variant in ("fp32",) + tuple(quantize):
@@ -175,8 +179,12 @@ def export_model(
         if verify:
             logger.info("Verifying every export against Keras ...")
             report = verify_exports(
-                classifier.model, files, settings["dataset"], limit=verify_images,
-                seed=settings.get("seed", 0), validation_split=settings.get("validation_split", 0.1),
+                classifier.model,
+                files,
+                settings["dataset"],
+                limit=verify_images,
+                seed=settings.get("seed", 0),
+                validation_split=settings.get("validation_split", 0.1),
             )
             write_report(report, files_dir)
         recommended = None

@@ -41,9 +41,8 @@ def _model_metadata(classifier, input_is_uint8, description):
 
     image = fb.TensorMetadataT()
     image.name = "image"
-    image.description = (
-        f"RGB image, {height}x{width}, pixels in [0, 255]"
-        + (" (uint8)." if input_is_uint8 else " (float32); the model normalises inside.")
+    image.description = f"RGB image, {height}x{width}, pixels in [0, 255]" + (
+        " (uint8)." if input_is_uint8 else " (float32); the model normalises inside."
     )
     image.content = fb.ContentT()
     image.content.contentPropertiesType = fb.ContentProperties.ImageProperties

@@ -21,9 +21,7 @@ def convert(classifier):
     try:
         import tf2onnx
     except ImportError:
-        raise ValueError(
-            "ONNX export needs tf2onnx and onnx: pip install 'keras-vit[export]'."
-        ) from None
+        raise ValueError("ONNX export needs tf2onnx and onnx: pip install 'keras-vit[export]'.") from None
     height, width = classifier.image_size
     spec = tf.TensorSpec([None, height, width, classifier.channels], tf.float32, name="images")
 

@@ -91,6 +91,8 @@ class TFLiteRunner(Runner):
 
         with open(path, "rb") as f:
             flatbuffer = f.read()
+        if flatbuffer[4:8] != b"TFL3":
+            raise ValueError(f"{path} is not a TFLite model (no TFL3 identifier); re-export it.")
         self.metadata = read_metadata(flatbuffer)
         self.class_names = self.metadata["labels"]
         self.interpreter = Interpreter(model_content=flatbuffer, num_threads=num_threads)
@@ -130,7 +132,10 @@ class OnnxRunner(Runner):
     def __init__(self, path):
         import onnxruntime
 
-        self.session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
+        try:
+            self.session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
+        except Exception as error:  # onnxruntime raises its own untyped errors
+            raise ValueError(f"{path} is not a readable ONNX model ({str(error).splitlines()[0]}).") from None
         meta = self.session.get_modelmeta().custom_metadata_map
         shape = self.session.get_inputs()[0].shape
         self.image_size = (int(shape[1]), int(shape[2]))
@@ -159,9 +164,7 @@ def open_model(path):
             return SavedModelRunner(path)
         if os.path.exists(os.path.join(path, "model.keras")):
             return KerasRunner(path)
-        raise ValueError(
-            f"{path} is neither a run folder (model.keras) nor a SavedModel (saved_model.pb)."
-        )
+        raise ValueError(f"{path} is neither a run folder (model.keras) nor a SavedModel (saved_model.pb).")
     extension = os.path.splitext(path)[1].lower()
     if extension == ".keras":
         return KerasRunner(path)
@@ -170,5 +173,6 @@ def open_model(path):
     if extension == ".onnx":
         return OnnxRunner(path)
     raise ValueError(
-        f"Cannot run {path}: expected a .keras file, a run folder, a SavedModel folder, a .tflite or an .onnx."
+        f"Cannot run {path}: expected a .keras file, a run folder, a SavedModel folder, "
+        f"a .tflite or an .onnx."
     )

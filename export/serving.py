@@ -24,72 +24,61 @@ LABELS_FILE = "labels.txt"
 _SIGNATURES = (b"\xff\xd8\xff", b"\x89PNG", b"GIF8", b"BM")
 
 
-class ServingModule(tf.Module):
-    """Holds the model's variables and the two serving functions."""
+def _classify_images(classifier, images):
+    probabilities = classifier.probabilities(images)
+    top = tf.math.top_k(probabilities, k=min(TOP_K, classifier.num_classes))
+    return {
+        "probabilities": probabilities,
+        "top_k_indices": top.indices,
+        "top_k_classes": tf.gather(tf.constant(classifier.class_names), top.indices),
+        "top_k_probabilities": top.values,
+    }
 
-    def __init__(self, classifier):
-        super().__init__(name=None)
-        self._classifier = classifier
-        # Tracked so that tf.saved_model.save writes the weights.
-        self.model_variables = list(classifier.model.variables)
-        self.class_names = tf.constant(classifier.class_names)
-        height, width = classifier.image_size
-        channels = classifier.channels
-        self.classify_bytes = tf.function(
-            self._classify_bytes,
-            input_signature=[tf.TensorSpec([None], tf.string, name="image_bytes")],
+
+def _decode_batch(classifier, image_bytes):
+    """Encoded images -> float32 pixels at the model's size, as the training pipeline decodes them."""
+    height, width = classifier.image_size
+    channels = classifier.channels
+
+    def decode(item):
+        encoded, index = item
+        known = tf.reduce_any([tf.strings.substr(encoded, 0, len(m)) == m for m in _SIGNATURES])
+        message = tf.strings.format(
+            "image_bytes[{}] is not a JPEG, PNG, GIF or BMP image: send the file's bytes "
+            '(base64 in REST: {"b64": "..."}).',
+            index,
         )
-        self.classify_images = tf.function(
-            self._classify_images,
-            input_signature=[tf.TensorSpec([None, height, width, channels], tf.float32, name="images")],
-        )
+        with tf.control_dependencies([tf.debugging.Assert(known, [message])]):
+            image = decode_image(encoded, channels=channels)
+        image = resize(image, (height, width))
+        return tf.ensure_shape(image, (height, width, channels))
 
-    def _classify_images(self, images):
-        probabilities = self._classifier.probabilities(images)
-        k = min(TOP_K, self._classifier.num_classes)
-        top = tf.math.top_k(probabilities, k=k)
-        return {
-            "probabilities": probabilities,
-            "top_k_indices": top.indices,
-            "top_k_classes": tf.gather(self.class_names, top.indices),
-            "top_k_probabilities": top.values,
-        }
-
-    def _classify_bytes(self, image_bytes):
-        height, width = self._classifier.image_size
-        channels = self._classifier.channels
-
-        def decode(item):
-            encoded, index = item
-            known = tf.reduce_any([tf.strings.substr(encoded, 0, len(m)) == m for m in _SIGNATURES])
-            message = tf.strings.format(
-                "image_bytes[{}] is not a JPEG, PNG, GIF or BMP image: send the file's bytes "
-                '(base64 in REST: {"b64": "..."}).',
-                index,
-            )
-            check = tf.debugging.Assert(known, [message])
-            with tf.control_dependencies([check]):
-                image = decode_image(encoded, channels=channels)
-            image = resize(image, (height, width))
-            return tf.ensure_shape(image, (height, width, channels))
-
-        indices = tf.range(tf.shape(image_bytes)[0])
-        images = tf.map_fn(
-            decode,
-            (image_bytes, indices),
-            fn_output_signature=tf.TensorSpec((height, width, channels), tf.float32),
-        )
-        return self._classify_images(images)
+    indices = tf.range(tf.shape(image_bytes)[0])
+    return tf.map_fn(
+        decode,
+        (image_bytes, indices),
+        fn_output_signature=tf.TensorSpec((height, width, channels), tf.float32),
+    )
 
 
 def write_saved_model(classifier, path):
     """Writes the serving SavedModel to `path` (a new folder)."""
-    module = ServingModule(classifier)
-    signatures = {
-        "serving_default": module.classify_bytes.get_concrete_function(),
-        "serving_images": module.classify_images.get_concrete_function(),
-    }
-    tf.saved_model.save(module, os.fspath(path), signatures=signatures)
+    import keras
+
+    height, width = classifier.image_size
+    archive = keras.export.ExportArchive()  # restores under TF1-style loaders (TF Serving, saved_model_cli)
+    archive.track(classifier.model)
+    archive.add_endpoint(
+        "serving_default",
+        lambda image_bytes: _classify_images(classifier, _decode_batch(classifier, image_bytes)),
+        [tf.TensorSpec([None], tf.string, name="image_bytes")],
+    )
+    archive.add_endpoint(
+        "serving_images",
+        lambda images: _classify_images(classifier, images),
+        [tf.TensorSpec([None, height, width, classifier.channels], tf.float32, name="images")],
+    )
+    archive.write_out(os.fspath(path), verbose=False)
     # Plain-text labels beside the graph, for clients that want all names without a request.
     os.makedirs(os.path.join(path, "assets"), exist_ok=True)
     with open(os.path.join(path, "assets", LABELS_FILE), "w") as f:

@@ -74,7 +74,9 @@ def _compare(name, probabilities, reference, labels):
     if min_agreement is not None and agreement < min_agreement:
         failures.append(f"top-1 agreement {agreement:.2%} < {min_agreement:.1%}")
     if max_drop is not None and reference_accuracy - accuracy > max_drop:
-        failures.append(f"accuracy {accuracy:.2%} is more than {max_drop:.0%} below Keras' {reference_accuracy:.2%}")
+        failures.append(
+            f"accuracy {accuracy:.2%} is more than {max_drop:.0%} below Keras' {reference_accuracy:.2%}"
+        )
     return {
         "max_abs_difference": difference,
         "top1_agreement": agreement,
@@ -112,7 +114,9 @@ def verify_exports(keras_model, files, dataset, split=None, limit=500, seed=0, v
     for name, path in files.items():
         runner = open_model(path)
         if list(runner.class_names) != list(class_names):
-            raise ValueError(f"{path} carries class names {runner.class_names}, not the model's {class_names}.")
+            raise ValueError(
+                f"{path} carries class names {runner.class_names}, not the model's {class_names}."
+            )
         if name == "saved_model":
             probabilities = runner.predict_bytes(encoded)["probabilities"]
         else:
@@ -170,7 +174,9 @@ def reverify(folder, model=None, dataset=None, limit=500):
     """Verifies an export folder (`OUTPUT/<name>/export-<N>`) again; rewrites its reports."""
     manifest_path = os.path.join(folder, "export.json")
     if not os.path.exists(manifest_path):
-        raise FileNotFoundError(f"No export.json in {folder}: give an export folder (OUTPUT/<name>/export-<N>).")
+        raise FileNotFoundError(
+            f"No export.json in {folder}: give an export folder (OUTPUT/<name>/export-<N>)."
+        )
     with open(manifest_path) as f:
         manifest = json.load(f)
     model = model or manifest["source"]

@@ -1,0 +1,300 @@
+"""Export: the TF Serving SavedModel, TFLite variants with MediaPipe metadata, ONNX, and verification."""
+
+import base64
+import io
+import json
+import os
+import subprocess
+import sys
+import zipfile
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import keras_vit
+from keras_vit import data
+from keras_vit.cli import main
+from keras_vit.export import metadata, tflite
+from keras_vit.export.classifier import load_classifier
+from keras_vit.export.exporter import export_model, next_version, recommended_variant
+from keras_vit.export.runtimes import open_model
+
+VENV_BIN = os.path.dirname(sys.executable)
+
+
+@pytest.fixture(scope="module")
+def cifar_images():
+    """Real CIFAR-10 test images from the embedded dataset: (encoded bytes, label) pairs."""
+    folder = data.load_dataset("cifar10-mini")
+    pairs = list(folder["test"].to_dataset().take(1000).as_numpy_iterator())
+    return [pairs[i] for i in range(0, 500, 50)], list(folder.class_names)
+
+
+@pytest.fixture(scope="module")
+def tiny_model_file(tmp_path_factory, cifar_images):
+    _, class_names = cifar_images
+    model = keras_vit.ViT(
+        image_size=32,
+        patch_size=4,
+        hidden_dim=32,
+        depth=2,
+        num_heads=4,
+        mlp_dim=64,
+        num_classes=10,
+        image_mean=[0.5] * 3,
+        image_std=[0.25] * 3,
+        class_names=class_names,
+        name="tiny_vit",
+    )
+    path = tmp_path_factory.mktemp("model") / "tiny.keras"
+    model.save(path)
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def exported(tiny_model_file, tmp_path_factory):
+    """Every format and every TFLite variant of the tiny model, verified on 100 held-out images."""
+    output = tmp_path_factory.mktemp("exports")
+    manifest = export_model(
+        tiny_model_file, output=str(output), dataset="cifar10-mini", verify_images=100, calibration_images=50
+    )
+    return manifest
+
+
+def test_the_layout_is_what_tf_serving_expects_and_versions_are_never_overwritten(exported, tiny_model_file):
+    home = os.path.dirname(exported["folder"])
+    assert os.path.basename(home) == "tiny_vit"
+    assert os.path.exists(os.path.join(home, "1", "saved_model.pb"))
+    files = set(os.listdir(exported["folder"]))
+    for variant in tflite.VARIANTS:
+        assert f"model_{variant}.tflite" in files
+    assert {"model.tflite", "model.onnx", "labels.txt", "export.json", "verification.json"} <= files
+    assert not [entry for entry in os.listdir(home) if entry.startswith(".partial")]
+    before = open(os.path.join(home, "1", "saved_model.pb"), "rb").read()
+
+    second = export_model(
+        tiny_model_file, output=os.path.dirname(home), formats=("saved_model",), quantize=(), verify=False
+    )
+    assert second["version"] == 2 and next_version(home) == 3
+    assert sorted(os.listdir(home)) == ["1", "2", "export-1", "export-2"]
+    assert open(os.path.join(home, "1", "saved_model.pb"), "rb").read() == before
+
+
+def test_every_export_meets_its_agreement_target_except_where_the_report_says_so(exported):
+    report = exported["verification"]
+    assert report["split"] == "test" and report["count"] == 100
+    results = report["results"]
+    assert set(results) == {"saved_model", "onnx"} | {f"tflite_{v}" for v in tflite.VARIANTS}
+    for name in ("saved_model", "onnx", "tflite_fp32"):
+        assert results[name]["max_abs_difference"] < 1e-4, name
+        assert results[name]["top1_agreement"] == 1.0
+    assert results["tflite_fp16"]["max_abs_difference"] < 1e-2
+    for result in results.values():
+        assert result["meets_target"] == (not result["failures"])
+    assert report["passed"] == all(r["meets_target"] for r in results.values())
+    table = open(os.path.join(exported["folder"], "verification.md")).read()
+    assert "tflite_int8" in table and "max abs diff" in table
+
+
+def test_tflite_models_hold_only_builtin_ops_and_a_static_batch_of_one(exported):
+    for variant in tflite.VARIANTS:
+        flatbuffer = open(os.path.join(exported["folder"], f"model_{variant}.tflite"), "rb").read()
+        tflite.check_builtin_ops(flatbuffer)
+        assert not [op for op in tflite.operators(flatbuffer) if op.startswith("Flex")]
+        runner = open_model(os.path.join(exported["folder"], f"model_{variant}.tflite"))
+        assert list(runner._input["shape"]) == [1, 32, 32, 3]
+    int8 = open_model(os.path.join(exported["folder"], "model_int8.tflite"))
+    assert int8.input_dtype == "uint8"
+
+
+def test_a_flex_op_fails_the_check_and_names_the_op():
+    @tf.function(input_signature=[tf.TensorSpec([1, 4], tf.float32)])
+    def needs_flex(x):
+        return tf.strings.to_number(tf.strings.as_string(x))  # no TFLite builtin for these
+
+    function = needs_flex.get_concrete_function()
+    converter = tf.lite.TFLiteConverter.from_concrete_functions([function], needs_flex)
+    converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS, tf.lite.OpsSet.SELECT_TF_OPS]
+    with pytest.raises(tflite.UnsupportedOpError, match="FlexAsString"):
+        tflite.check_builtin_ops(converter.convert())
+
+
+def test_the_metadata_carries_labels_and_normalisation(exported, cifar_images):
+    _, class_names = cifar_images
+    flatbuffer = open(os.path.join(exported["folder"], "model_fp32.tflite"), "rb").read()
+    info = metadata.read_metadata(flatbuffer)
+    assert info["labels"] == class_names and info["name"] == "tiny_vit"
+    assert info["mean"] == [0.0] and info["std"] == [1.0]
+    with zipfile.ZipFile(io.BytesIO(flatbuffer)) as archive:
+        assert archive.namelist() == ["labels.txt"]
+    with pytest.raises(ValueError, match="no metadata"):
+        metadata.read_metadata(tflite.convert(load_classifier(exported["source"]), "fp32"))
+
+
+@pytest.mark.parametrize("variant", ["fp32", "int8"])
+def test_mediapipe_image_classifier_names_the_same_top1_as_litert(exported, cifar_images, variant):
+    mp = pytest.importorskip("mediapipe")
+    from mediapipe.tasks.python import BaseOptions, vision
+
+    pairs, class_names = cifar_images
+    path = os.path.join(exported["folder"], f"model_{variant}.tflite")
+    runner = open_model(path)
+    options = vision.ImageClassifierOptions(base_options=BaseOptions(model_asset_path=path), max_results=10)
+    with vision.ImageClassifier.create_from_options(options) as classifier:
+        for encoded, _ in pairs:
+            pixels = tf.io.decode_png(encoded, channels=3).numpy()
+            result = classifier.classify(mp.Image(image_format=mp.ImageFormat.SRGB, data=pixels))
+            categories = result.classifications[0].categories
+            probabilities = runner.predict(pixels[None].astype(np.float32))[0]
+            top = categories[0]
+            assert top.category_name == class_names[top.index]  # names from the packed label file
+            # The same top-1 (int8 probabilities come in steps of 1/256, so ties are broken either way).
+            assert probabilities[top.index] == pytest.approx(float(probabilities.max()), abs=1e-6)
+            assert top.score == pytest.approx(float(probabilities.max()), abs=1e-5)
+
+
+_SERVING_CLIENT = """
+import base64, json, sys
+import tensorflow as tf
+payload = json.loads(open(sys.argv[2]).read())
+# TF Serving's REST layer base64-decodes {"b64": ...} for inputs whose name ends in _bytes.
+images = [base64.b64decode(instance["b64"]) for instance in payload["instances"]]
+model = tf.saved_model.load(sys.argv[1])
+serve = model.signatures["serving_default"]
+out = serve(image_bytes=tf.constant(images))
+print(json.dumps([c.decode() for c in out["top_k_classes"].numpy()[:, 0]]))
+try:
+    serve(image_bytes=tf.constant([images[0], b"not an image at all"]))
+    print("no error")
+except tf.errors.InvalidArgumentError as error:
+    print("error:", "image_bytes[1] is not a JPEG, PNG, GIF or BMP image" in str(error))
+out = serve(image_bytes=tf.constant(images[:1]))
+print(json.dumps([c.decode() for c in out["top_k_classes"].numpy()[:, 0]]))
+"""
+
+
+def test_the_serving_signature_takes_a_rest_payload_in_a_fresh_process(exported, cifar_images, tmp_path):
+    """As TF Serving would run it: no keras_vit, the b64 payload, a bad image, then a good one again."""
+    pairs, class_names = cifar_images
+    saved_model = os.path.join(os.path.dirname(exported["folder"]), "1")
+    jpegs = [tf.io.encode_jpeg(tf.io.decode_png(encoded), quality=95).numpy() for encoded, _ in pairs]
+    payload = tmp_path / "request.json"
+    payload.write_text(json.dumps({"instances": [{"b64": base64.b64encode(j).decode()} for j in jpegs]}))
+    script = tmp_path / "client.py"
+    script.write_text(_SERVING_CLIENT)
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    result = subprocess.run(
+        [sys.executable, str(script), saved_model, str(payload)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    first, error_line, again = result.stdout.strip().splitlines()[-3:]
+    keras_runner = open_model(exported["source"])
+    decoded = np.stack([tf.cast(tf.io.decode_jpeg(j), tf.float32).numpy() for j in jpegs])
+    expected = [class_names[i] for i in keras_runner.predict(decoded).argmax(1)]
+    assert json.loads(first) == expected
+    assert error_line == "error: True"
+    assert json.loads(again) == expected[:1]
+
+
+def test_saved_model_cli_lists_both_signatures_and_runs_a_jpeg(exported, cifar_images, tmp_path):
+    saved_model = os.path.join(os.path.dirname(exported["folder"]), "1")
+    cli = os.path.join(VENV_BIN, "saved_model_cli")
+    if not os.path.exists(cli):
+        pytest.skip("saved_model_cli is not beside this Python")
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    command = [cli, "show", "--dir", saved_model, "--all"]
+    shown = subprocess.run(command, capture_output=True, text=True, env=env)
+    assert "signature_def['serving_default']" in shown.stdout
+    assert "signature_def['serving_images']" in shown.stdout
+    assert "image_bytes" in shown.stdout and "top_k_classes" in shown.stdout
+
+    pairs, class_names = cifar_images
+    encoded, _ = pairs[0]
+    jpeg = tf.io.encode_jpeg(tf.io.decode_png(encoded), quality=95).numpy()
+    # A fixed-width bytes array (dtype S) saves without pickle; JPEGs end in FFD9, so no
+    # trailing NUL is lost.
+    np.save(tmp_path / "request.npy", np.array([jpeg]))
+    run = subprocess.run(
+        [
+            cli,
+            "run",
+            "--dir",
+            saved_model,
+            "--tag_set",
+            "serve",
+            "--signature_def",
+            "serving_default",
+            "--inputs",
+            f"image_bytes={tmp_path / 'request.npy'}",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    expected = open_model(saved_model).predict_bytes([jpeg])["top_k_classes"][0, 0].decode()
+    assert expected in run.stdout
+
+
+def test_predict_reads_every_format_and_agrees(exported, cifar_images, tmp_path, capsys):
+    pairs, _ = cifar_images
+    paths = []
+    for i, (encoded, _) in enumerate(pairs[:4]):
+        paths.append(str(tmp_path / f"{i}.png"))
+        open(paths[-1], "wb").write(encoded)
+    folder = exported["folder"]
+    models = [
+        exported["source"],
+        os.path.join(os.path.dirname(folder), "1"),
+        os.path.join(folder, "model_fp32.tflite"),
+        os.path.join(folder, "model.onnx"),
+    ]
+    answers = []
+    for model in models:
+        assert main(["predict", model, *paths, "--json", "--top-k", "3"]) == 0
+        results = json.loads(capsys.readouterr().out)
+        answers.append([r["top_k"][0]["class"] for r in results])
+        assert all(len(r["top_k"]) == 3 for r in results)
+    assert all(a == answers[0] for a in answers)
+
+
+def test_verify_reruns_the_checks_from_the_export_folder(exported, capsys):
+    code = main(["verify", exported["folder"], "--limit", "20", "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert report["count"] == 20
+    assert code == (0 if report["passed"] else 1)
+    assert json.load(open(os.path.join(exported["folder"], "verification.json")))["count"] == 20
+
+
+def test_the_recommended_tflite_is_the_fastest_variant_within_target():
+    results = {
+        "tflite_fp32": {"latency_ms": 10.0, "meets_target": True},
+        "tflite_fp16": {"latency_ms": 9.0, "meets_target": True},
+        "tflite_dynamic": {"latency_ms": 5.0, "meets_target": True},
+        "tflite_int8": {"latency_ms": 3.0, "meets_target": False},
+    }
+    assert recommended_variant(results) == "dynamic"
+    results["tflite_dynamic"]["meets_target"] = False
+    assert recommended_variant(results) == "fp16"
+    results["tflite_fp16"]["latency_ms"] = 11.0
+    assert recommended_variant(results) == "fp32"
+
+
+def test_bad_export_requests_are_clear_errors(tiny_model_file, tmp_path, capsys):
+    output = str(tmp_path / "out")
+    assert main(["export", tiny_model_file, "--output", output]) == 2
+    assert "pass --dataset" in capsys.readouterr().err
+    assert main(["export", tiny_model_file, "--output", output, "--format", "coreml", "--no-verify"]) == 2
+    assert "--format takes all or a comma list" in capsys.readouterr().err
+    assert main(["export", str(tmp_path / "missing.keras"), "--output", output, "--no-verify"]) == 2
+    assert "Model not found" in capsys.readouterr().err
+    broken = tmp_path / "broken.tflite"
+    broken.write_bytes(b"this is not a model")
+    assert main(["predict", str(broken), str(broken)]) == 2
+    assert "not a TFLite model" in capsys.readouterr().err
+    assert not os.path.exists(output) or not [e for e in os.listdir(output) if not e.startswith(".")]
