@@ -1,0 +1,120 @@
+"""TFLite variants of a trained model: size, LiteRT batch-1 latency, agreement with Keras, accuracy.
+
+Includes the full-integer int8 experiments: more calibration images, and float fallbacks for
+the ops ViTs are known to lose accuracy in (LayerNorm's MEAN/SQUARED_DIFFERENCE/RSQRT, GELU,
+SOFTMAX, the residual ADDs, the attention BATCH_MATMULs), through TFLite's quantization
+debugger's denylist.
+
+    python benchmarks/tflite_variants.py runs/quickstart-... [--dataset cifar10-mini] [--images 500]
+
+Prints one JSON line per variant and a Markdown table.
+"""
+
+import argparse
+import json
+import os
+import tempfile
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+from keras_vit.export import metadata, tflite  # noqa: E402
+from keras_vit.export.classifier import load_classifier  # noqa: E402
+from keras_vit.export.exporter import run_settings  # noqa: E402
+from keras_vit.export.runtimes import KerasRunner, TFLiteRunner  # noqa: E402
+from keras_vit.export.verify import _latency_ms, held_out_images  # noqa: E402
+
+LAYER_NORM = ("MEAN", "SQUARED_DIFFERENCE", "RSQRT")
+FALLBACKS = {
+    "int8 + float LayerNorm": LAYER_NORM,
+    "int8 + float LayerNorm, GELU, softmax": LAYER_NORM + ("GELU", "SOFTMAX"),
+    "int8 + float LayerNorm, residual ADD/MUL": LAYER_NORM + ("ADD", "MUL"),
+    "int8 + float all but FC/conv/matmul": LAYER_NORM + ("ADD", "MUL", "GELU", "SOFTMAX"),
+    "int8 + float all but FC/conv": LAYER_NORM + ("ADD", "MUL", "GELU", "SOFTMAX", "BATCH_MATMUL"),
+}
+
+
+def int8_with_float_ops(classifier, representative, float_ops):
+    with tempfile.TemporaryDirectory() as folder:
+        converter = tflite._converter(classifier, folder)
+        converter.optimizations = [tf.lite.Optimize.DEFAULT]
+        converter.representative_dataset = lambda: ([image[None]] for image in representative)
+        converter.target_spec.supported_ops = [
+            tf.lite.OpsSet.TFLITE_BUILTINS_INT8,
+            tf.lite.OpsSet.TFLITE_BUILTINS,
+        ]
+        converter.inference_input_type = tf.uint8
+        debugger = tf.lite.experimental.QuantizationDebugger(
+            converter=converter,
+            debug_dataset=lambda: ([image[None]] for image in representative[:20]),
+            debug_options=tf.lite.experimental.QuantizationDebugOptions(denylisted_ops=list(float_ops)),
+        )
+        flatbuffer = debugger.get_nondebug_quantized_model()
+    tflite.check_builtin_ops(flatbuffer)
+    return flatbuffer
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("model", help="a run folder or .keras file")
+    parser.add_argument("--dataset", help="default: the run's dataset")
+    parser.add_argument("--images", type=int, default=500, help="held-out images")
+    parser.add_argument("--calibration", type=int, default=200, help="representative images for int8")
+    args = parser.parse_args()
+
+    classifier = load_classifier(args.model)
+    settings = run_settings(args.model)
+    dataset = args.dataset or settings.get("dataset") or "cifar10-mini"
+    _, images, labels, split, _ = held_out_images(dataset, classifier.image_size, limit=args.images)
+    reference = KerasRunner(classifier.model).predict(images)
+    keras_accuracy = float((reference.argmax(1) == labels).mean())
+    representative = tflite.representative_images(dataset, classifier.image_size, count=args.calibration)
+    large_set = tflite.representative_images(dataset, classifier.image_size, count=4 * args.calibration)
+
+    variants = {
+        name: (lambda v=name: tflite.convert(classifier, v, representative)) for name in tflite.VARIANTS
+    }
+    variants[f"int8, {4 * args.calibration} calibration images"] = lambda: tflite.convert(
+        classifier, "int8", large_set
+    )
+    for name, ops in FALLBACKS.items():
+        variants[name] = lambda ops=ops: int8_with_float_ops(classifier, representative, ops)
+
+    rows = []
+    with tempfile.TemporaryDirectory() as folder:
+        for name, make in variants.items():
+            flatbuffer = metadata.add_metadata(make(), classifier)
+            path = os.path.join(folder, "model.tflite")
+            open(path, "wb").write(flatbuffer)
+            runner = TFLiteRunner(path)
+            probabilities = runner.predict(images)
+            row = {
+                "variant": name,
+                "bytes": len(flatbuffer),
+                "latency_ms": _latency_ms(runner, images[0], repeats=50),
+                "top1_agreement": float((probabilities.argmax(1) == reference.argmax(1)).mean()),
+                "accuracy": float((probabilities.argmax(1) == labels).mean()),
+                "max_abs_difference": float(np.abs(probabilities - reference).max()),
+            }
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+
+    fp32 = rows[0]
+    print(f"\n{classifier.name} on {len(labels)} images of {dataset} [{split}]", end="")
+    print(f"; Keras accuracy {keras_accuracy:.2%}\n")
+    print("| variant | size vs fp32 | latency vs fp32 | top-1 agreement | accuracy | max abs diff |")
+    print("|---|---|---|---|---|---|")
+    for r in rows:
+        print(
+            f"| {r['variant']} | {r['bytes'] / fp32['bytes']:.0%} "
+            f"| {r['latency_ms'] / fp32['latency_ms']:.2f}x "
+            f"| {r['top1_agreement']:.1%} | {r['accuracy']:.1%} | {r['max_abs_difference']:.3f} |"
+        )
+    print(f"\nfp32: {fp32['bytes'] / 1e6:.2f} MB, {fp32['latency_ms']:.2f} ms per image", end="")
+    print(" (batch 1, LiteRT, XNNPACK)")
+
+
+if __name__ == "__main__":
+    main()
