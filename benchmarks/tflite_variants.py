@@ -6,6 +6,9 @@ SOFTMAX, the residual ADDs, the attention BATCH_MATMULs), through TFLite's quant
 debugger's denylist.
 
     python benchmarks/tflite_variants.py runs/quickstart-... [--dataset cifar10-mini] [--images 500]
+    # sizes and latency at real scale: a randomly initialised ViT-Ti/16 at 224 (agreement of
+    # random weights means little; calibration still uses real images)
+    python benchmarks/tflite_variants.py vit_tiny_patch16_224 --random --dataset imagenette.zip
 
 Prints one JSON line per variant and a Markdown table.
 """
@@ -58,15 +61,26 @@ def int8_with_float_ops(classifier, representative, float_ops):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("model", help="a run folder or .keras file")
+    parser.add_argument("model", help="a run folder or .keras file (with --random: a config name)")
+    parser.add_argument("--random", action="store_true", help="a randomly initialised named config")
     parser.add_argument("--dataset", help="default: the run's dataset")
     parser.add_argument("--images", type=int, default=500, help="held-out images")
     parser.add_argument("--calibration", type=int, default=200, help="representative images for int8")
     args = parser.parse_args()
 
-    classifier = load_classifier(args.model)
-    settings = run_settings(args.model)
+    settings = {} if args.random else run_settings(args.model)
     dataset = args.dataset or settings.get("dataset") or "cifar10-mini"
+    if args.random:
+        import keras_vit
+        from keras_vit import data
+
+        names = list(data.load_dataset(dataset).class_names)
+        model = keras_vit.create_model(
+            args.model, num_classes=len(names), class_names=names, image_mean=[0.5] * 3, image_std=[0.5] * 3
+        )
+        classifier = load_classifier(model)
+    else:
+        classifier = load_classifier(args.model)
     _, images, labels, split, _ = held_out_images(dataset, classifier.image_size, limit=args.images)
     reference = KerasRunner(classifier.model).predict(images)
     keras_accuracy = float((reference.argmax(1) == labels).mean())
