@@ -27,7 +27,7 @@ from keras_vit.export import metadata, tflite  # noqa: E402
 from keras_vit.export.classifier import load_classifier  # noqa: E402
 from keras_vit.export.exporter import run_settings  # noqa: E402
 from keras_vit.export.runtimes import KerasRunner, TFLiteRunner  # noqa: E402
-from keras_vit.export.verify import _latency_ms, held_out_images  # noqa: E402
+from keras_vit.export.verify import held_out_images, latency_ms  # noqa: E402
 
 LAYER_NORM = ("MEAN", "SQUARED_DIFFERENCE", "RSQRT")
 FALLBACKS = {
@@ -107,7 +107,7 @@ def main():
             row = {
                 "variant": name,
                 "bytes": len(flatbuffer),
-                "latency_ms": _latency_ms(runner, images[0], repeats=50),
+                "latency_ms": latency_ms(runner, images[0], repeats=50),
                 "top1_agreement": float((probabilities.argmax(1) == reference.argmax(1)).mean()),
                 "accuracy": float((probabilities.argmax(1) == labels).mean()),
                 "max_abs_difference": float(np.abs(probabilities - reference).max()),

@@ -13,8 +13,6 @@ import tensorflow as tf
 
 # The variants, in the order they are exported and reported.
 VARIANTS = ("fp32", "fp16", "dynamic", "int8")
-# --quantize names -> variants (fp32 is always exported: it is the reference).
-QUANTIZE_CHOICES = {"none": (), "fp16": ("fp16",), "dynamic": ("dynamic",), "int8": ("int8",)}
 
 
 class UnsupportedOpError(ValueError):

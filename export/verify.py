@@ -52,7 +52,7 @@ def held_out_images(dataset, image_size, split=None, limit=500, seed=0, validati
     return encoded, np.stack(images), np.asarray(labels), split, list(folder.class_names)
 
 
-def _latency_ms(runner, image, repeats=30):
+def latency_ms(runner, image, repeats=30):
     runner.predict(image[None])  # warm-up: XNNPACK builds its graph on the first run
     times = []
     for _ in range(repeats):
@@ -126,7 +126,7 @@ def verify_exports(keras_model, files, dataset, split=None, limit=500, seed=0, v
         if os.path.isfile(path):
             result["bytes"] = os.path.getsize(path)
         if name.startswith("tflite_"):
-            result["latency_ms"] = _latency_ms(runner, images[0])
+            result["latency_ms"] = latency_ms(runner, images[0])
         results[name] = result
     return {
         "dataset": str(dataset),
