@@ -6,6 +6,7 @@ Layout under the output folder, one new version per export, never overwritten:
     OUTPUT/<name>/export-<N>/     model_fp32.tflite, model_fp16.tflite,
                                   model_dynamic.tflite, model_int8.tflite,
                                   model.tflite (the recommended variant),
+                                  model_attention.tflite (with --attention),
                                   model.onnx, labels.txt, export.json,
                                   verification.json, verification.md
 
@@ -79,8 +80,7 @@ def recommended_variant(results):
     candidates = [
         (r["latency_ms"], name)
         for name, r in results.items()
-        if name.startswith("tflite_")
-        and name != "tflite_fp32"
+        if name.removeprefix("tflite_") in QUANTIZATIONS
         and r["meets_target"]
         and (fp32 is None or r["latency_ms"] < fp32["latency_ms"])
     ]
@@ -100,6 +100,7 @@ def export_model(
     verify=True,
     verify_images=500,
     calibration_images=200,
+    attention=False,
 ):
     """Exports a run folder or `.keras` file and verifies every file against Keras.
 
@@ -114,6 +115,8 @@ def export_model(
         int8_input: `"uint8"` or `"float32"` input for the full-integer model.
         verify: run the agreement checks (the report is written either way
             when on).
+        attention: also write `model_attention.tflite` (fp32), which returns the
+            attention-rollout map beside the probabilities, for the apps.
 
     Returns:
         The manifest (also written to `export.json`), with `"verification"`.
@@ -167,6 +170,13 @@ def export_model(
                 path = os.path.join(files_dir, f"model_{variant}.tflite")
                 write_bytes(path, metadata.add_metadata(flatbuffer, classifier, description))
                 files[f"tflite_{variant}"] = path
+            if attention:
+                logger.info("Converting TFLite with the attention output ...")
+                flatbuffer = tflite.convert_with_attention(classifier)
+                description = f"{classifier.name} (fp32, with attention rollout), exported by keras-vit"
+                path = os.path.join(files_dir, "model_attention.tflite")
+                write_bytes(path, metadata.add_metadata(flatbuffer, classifier, description))
+                files["tflite_attention"] = path
         if "onnx" in formats:
             logger.info("Converting ONNX ...")
             path = os.path.join(files_dir, "model.onnx")

@@ -24,6 +24,8 @@ import flatbuffers
 
 METADATA_NAME = "TFLITE_METADATA"
 LABELS_FILE = "labels.txt"
+# The second output of the attention model (`keras-vit export --attention`).
+ATTENTION_OUTPUT = "attention"
 # The oldest metadata parser that reads every field written here (all from 1.0.0).
 MIN_PARSER_VERSION = "1.0.0"
 
@@ -35,7 +37,7 @@ def _schemas():
     return metadata_schema, model_schema
 
 
-def _model_metadata(classifier, input_is_uint8, description):
+def _model_metadata(classifier, input_is_uint8, description, output_ranks=(2,)):
     fb, _ = _schemas()
     height, width = classifier.image_size
 
@@ -78,7 +80,11 @@ def _model_metadata(classifier, input_is_uint8, description):
 
     subgraph = fb.SubGraphMetadataT()
     subgraph.inputTensorMetadata = [image]
-    subgraph.outputTensorMetadata = [probability]
+    # One entry per output, in the subgraph's order: probabilities (rank 2) and, in
+    # the attention model, the rollout map (rank 3).
+    subgraph.outputTensorMetadata = [
+        probability if rank == 2 else _attention_metadata(fb, classifier) for rank in output_ranks
+    ]
 
     model = fb.ModelMetadataT()
     model.name = classifier.name
@@ -90,6 +96,25 @@ def _model_metadata(classifier, input_is_uint8, description):
     builder = flatbuffers.Builder(0)
     builder.Finish(model.Pack(builder), b"M001")
     return bytes(builder.Output())
+
+
+def _attention_metadata(fb, classifier):
+    from keras_vit.layers import PatchEncoder
+
+    encoder = next(layer for layer in classifier.model.layers if isinstance(layer, PatchEncoder))
+    rows, cols = encoder.grid_size
+    attention = fb.TensorMetadataT()
+    attention.name = ATTENTION_OUTPUT
+    attention.description = (
+        f"Attention rollout from the [cls] token over the {rows}x{cols} patch grid; largest value 1."
+    )
+    attention.content = fb.ContentT()
+    attention.content.contentPropertiesType = fb.ContentProperties.FeatureProperties
+    attention.content.contentProperties = fb.FeaturePropertiesT()
+    attention.stats = fb.StatsT()
+    attention.stats.min = [0.0]
+    attention.stats.max = [1.0]
+    return attention
 
 
 def _version():
@@ -105,9 +130,13 @@ def add_metadata(flatbuffer, classifier, description=""):
     """Returns the `.tflite` bytes with metadata and the label file attached."""
     _, schema = _schemas()
     model = schema.ModelT.InitFromObj(schema.Model.GetRootAs(flatbuffer, 0))
-    input_type = model.subgraphs[0].tensors[model.subgraphs[0].inputs[0]].type
+    graph = model.subgraphs[0]
+    input_type = graph.tensors[graph.inputs[0]].type
+    output_ranks = [len(graph.tensors[i].shape) for i in graph.outputs]
     metadata_buffer = schema.BufferT()
-    metadata_buffer.data = _model_metadata(classifier, input_type == schema.TensorType.UINT8, description)
+    metadata_buffer.data = _model_metadata(
+        classifier, input_type == schema.TensorType.UINT8, description, output_ranks
+    )
     model.buffers.append(metadata_buffer)
     entry = schema.MetadataT()
     entry.name = METADATA_NAME

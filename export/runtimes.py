@@ -14,11 +14,13 @@ import numpy as np
 
 
 class Runner:
-    """Runs one exported model. Subclasses set `kind`, `image_size`, `class_names`."""
+    """Runs one exported model. Subclasses set `kind`, `image_size`, `class_names`, and
+    `has_attention` where `predict_attention` gives attention-rollout maps too."""
 
     kind = ""
     image_size = None
     class_names = None
+    has_attention = False
 
     def predict(self, images):
         """Probabilities `(n, classes)` for float32 pixels `(n, height, width, 3)` in [0, 255]."""
@@ -32,8 +34,11 @@ class KerasRunner(Runner):
         from keras_vit.export.classifier import load_classifier
 
         self.classifier = load_classifier(source)
+        self._rollout = None
         self.image_size = self.classifier.image_size
         self.class_names = self.classifier.class_names
+
+    has_attention = True
 
     def predict(self, images, batch_size=64):
         import keras
@@ -43,6 +48,17 @@ class KerasRunner(Runner):
             for i in range(0, len(images), batch_size)
         ]
         return np.concatenate(outputs)
+
+    def predict_attention(self, images):
+        """`(probabilities, attention-rollout maps (n, rows, cols))`, from `keras_vit.attention`."""
+        import keras
+
+        from keras_vit.attention import AttentionRollout
+
+        if self._rollout is None:
+            self._rollout = AttentionRollout(self.classifier.model)
+        outputs = self._rollout(images)
+        return tuple(keras.ops.convert_to_numpy(outputs[k]) for k in ("probabilities", "attention"))
 
 
 class SavedModelRunner(Runner):
@@ -98,7 +114,11 @@ class TFLiteRunner(Runner):
         self.interpreter = Interpreter(model_content=flatbuffer, num_threads=num_threads)
         self.interpreter.allocate_tensors()
         self._input = self.interpreter.get_input_details()[0]
-        self._output = self.interpreter.get_output_details()[0]
+        outputs = self.interpreter.get_output_details()
+        # Probabilities are (1, classes); the attention model adds a (1, rows, cols) map.
+        self._output = next(o for o in outputs if len(o["shape"]) == 2)
+        self._attention = next((o for o in outputs if len(o["shape"]) == 3), None)
+        self.has_attention = self._attention is not None
         self.image_size = tuple(int(d) for d in self._input["shape"][1:3])
         self.input_dtype = np.dtype(self._input["dtype"]).name
 
@@ -113,17 +133,28 @@ class TFLiteRunner(Runner):
         quantized = np.round(image / scale + zero_point) if scale else np.round(image)
         return np.clip(quantized, info.min, info.max).astype(self._input["dtype"])[None]
 
+    def _run(self, image):
+        self.interpreter.set_tensor(self._input["index"], self._to_input(image))
+        self.interpreter.invoke()
+        output = self.interpreter.get_tensor(self._output["index"])[0]
+        scale, zero_point = self._output["quantization"]
+        if self._output["dtype"] != np.float32:
+            output = (output.astype(np.float32) - zero_point) * scale
+        return output.astype(np.float32)
+
     def predict(self, images):
-        outputs = []
-        for image in images:  # batch 1: the static shape XNNPACK runs best
-            self.interpreter.set_tensor(self._input["index"], self._to_input(image))
-            self.interpreter.invoke()
-            output = self.interpreter.get_tensor(self._output["index"])[0]
-            scale, zero_point = self._output["quantization"]
-            if self._output["dtype"] != np.float32:
-                output = (output.astype(np.float32) - zero_point) * scale
-            outputs.append(output)
-        return np.stack(outputs).astype(np.float32)
+        # One image at a time: batch 1 is the static shape XNNPACK runs best.
+        return np.stack([self._run(image) for image in images])
+
+    def predict_attention(self, images):
+        """`(probabilities, attention maps (n, rows, cols))`; needs a model exported with --attention."""
+        if not self.has_attention:
+            raise ValueError("This .tflite has no attention output; export with `keras-vit export --attention`.")
+        probabilities, maps = [], []
+        for image in images:
+            probabilities.append(self._run(image))
+            maps.append(self.interpreter.get_tensor(self._attention["index"])[0].astype(np.float32))
+        return np.stack(probabilities), np.stack(maps)
 
 
 class OnnxRunner(Runner):

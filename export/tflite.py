@@ -19,19 +19,43 @@ class UnsupportedOpError(ValueError):
     """The converted model needs an op outside TFLite's builtins (a Flex or custom op)."""
 
 
-def _converter(classifier, folder):
-    """A converter from a batch-1 SavedModel (Keras 3 models cannot go through from_keras_model)."""
+def _converter(classifier, folder, outputs=None):
+    """A converter from a batch-1 SavedModel (Keras 3 models cannot go through from_keras_model).
+
+    `outputs` maps images to a dict of output tensors; probabilities alone by default.
+    """
     import keras
 
     height, width = classifier.image_size
     spec = tf.TensorSpec([1, height, width, classifier.channels], tf.float32, name="images")
     archive = keras.export.ExportArchive()
     archive.track(classifier.model)
-    archive.add_endpoint(
-        "serving_default", lambda images: {"probabilities": classifier.probabilities(images)}, [spec]
-    )
+    outputs = outputs or (lambda images: {"probabilities": classifier.probabilities(images)})
+    archive.add_endpoint("serving_default", outputs, [spec])
     archive.write_out(folder, verbose=False)
     return tf.lite.TFLiteConverter.from_saved_model(folder)
+
+
+def convert_with_attention(classifier):
+    """An fp32 model with two outputs: `probabilities` and `attention`, the attention-rollout
+    map `(1, rows, cols)` from the [cls] token (`keras_vit.attention`), for apps that show
+    where the model looked. The plain exports are unchanged.
+    """
+    from keras_vit.attention import AttentionRollout
+
+    rollout = AttentionRollout(classifier.model)
+    with tempfile.TemporaryDirectory(prefix="keras-vit-tflite-") as folder:
+        converter = _converter(classifier, folder, outputs=rollout)
+        converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
+        converter.allow_custom_ops = False
+        try:
+            flatbuffer = converter.convert()
+        except Exception as error:  # the converter raises its own ConverterError
+            raise UnsupportedOpError(
+                f"The attention TFLite conversion failed: {_first_lines(str(error))}"
+            ) from None
+    check_builtin_ops(flatbuffer)
+    return flatbuffer
 
 
 def convert(classifier, variant, representative_images=None, int8_input="uint8"):

@@ -19,6 +19,7 @@ TARGETS = {
     "saved_model": (1e-4, None, None),
     "onnx": (1e-4, None, None),
     "tflite_fp32": (1e-4, None, None),
+    "tflite_attention": (1e-4, None, None),
     "tflite_fp16": (1e-2, 0.995, None),
     "tflite_dynamic": (None, 0.99, 0.01),
     "tflite_int8": (None, 0.99, 0.01),
@@ -86,6 +87,17 @@ def _compare(name, probabilities, reference, labels):
     }
 
 
+def _compare_attention(result, runner, reference_runner, images):
+    """The attention-rollout maps of the attention model against Keras' (same 1e-4 target)."""
+    _, maps = runner.predict_attention(images)
+    _, reference_maps = reference_runner.predict_attention(images)
+    difference = float(np.abs(maps - reference_maps).max())
+    result["attention_max_abs_difference"] = difference
+    if difference > TARGETS["tflite_attention"][0]:
+        result["failures"].append(f"attention map max |difference| {difference:.2e} > 1e-04")
+        result["meets_target"] = False
+
+
 def verify_exports(keras_model, files, dataset, split=None, limit=500, seed=0, validation_split=0.1):
     """Runs Keras and each exported file on held-out images and compares them.
 
@@ -122,6 +134,8 @@ def verify_exports(keras_model, files, dataset, split=None, limit=500, seed=0, v
         else:
             probabilities = runner.predict(images)
         result = _compare(name, probabilities, reference, labels)
+        if name == "tflite_attention":
+            _compare_attention(result, runner, reference_runner, images[:50])
         result["file"] = os.path.basename(os.path.normpath(path))
         if os.path.isfile(path):
             result["bytes"] = os.path.getsize(path)

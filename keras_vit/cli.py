@@ -133,6 +133,7 @@ def _export(args):
         int8_input=args.int8_input,
         verify=args.verify,
         verify_images=args.verify_images,
+        attention=args.attention,
     )
     return _print_verification(manifest["verification"], manifest["folder"], args.json, manifest)
 
@@ -267,6 +268,12 @@ def build_parser():
         choices=("uint8", "float32"),
         default="uint8",
         help="input type of the full-integer int8 model (default uint8)",
+    )
+    export.add_argument(
+        "--attention",
+        action="store_true",
+        help="also write model_attention.tflite, which returns the attention-rollout map beside the "
+        "probabilities (for the desktop app); the other files are unchanged",
     )
     export.add_argument("--name", help="serving name (default: the model's name)")
     export.add_argument("--dataset", help="held-out and calibration images (default: the run's dataset)")

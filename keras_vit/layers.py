@@ -249,6 +249,15 @@ class DropPath(keras.layers.Layer):
         return config
 
 
+def _output_spec(layer, x, return_attention_scores):
+    """Symbolic outputs of attention layers: tokens, plus `(batch, heads, tokens, tokens)` scores."""
+    out = keras.KerasTensor(x.shape, dtype=layer.compute_dtype)
+    if not return_attention_scores:
+        return out
+    tokens = x.shape[1]
+    return out, keras.KerasTensor((x.shape[0], layer.num_heads, tokens, tokens), dtype=layer.compute_dtype)
+
+
 @keras.saving.register_keras_serializable(package="keras_vit")
 class MultiHeadSelfAttention(keras.layers.Layer):
     """Multi-head self-attention with one fused query/key/value projection.
@@ -320,6 +329,9 @@ class MultiHeadSelfAttention(keras.layers.Layer):
 
     def compute_output_shape(self, input_shape):
         return input_shape
+
+    def compute_output_spec(self, x, training=None, return_attention_scores=False):
+        return _output_spec(self, x, return_attention_scores)
 
     def get_config(self):
         config = super().get_config()
@@ -433,6 +445,9 @@ class TransformerBlock(keras.layers.Layer):
 
     def compute_output_shape(self, input_shape):
         return input_shape
+
+    def compute_output_spec(self, x, training=None, return_attention_scores=False):
+        return _output_spec(self, x, return_attention_scores)
 
     def get_config(self):
         config = super().get_config()

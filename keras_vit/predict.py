@@ -6,32 +6,16 @@ import numpy as np
 
 
 def read_image(path, image_size):
-    """Reads and decodes one image file to float32 pixels in [0, 255] at `image_size`.
+    """Reads one image file (any mode, EXIF-rotated) to float32 pixels in [0, 255] at `image_size`.
 
     Raises:
         FileNotFoundError: no file at `path`.
         ValueError: the file is a directory, empty, or not a decodable image.
     """
-    import tensorflow as tf
+    from keras_vit.images import load_image
+    from keras_vit.pipeline import resize
 
-    from keras_vit.pipeline import decode_image, resize
-
-    path = os.fspath(path)
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"Image not found: {path}")
-    if os.path.isdir(path):
-        raise ValueError(f"Expected an image file but {path} is a directory.")
-    with open(path, "rb") as f:
-        encoded = f.read()
-    if not encoded:
-        raise ValueError(f"{path} is empty (0 bytes), not an image.")
-    try:
-        image = decode_image(tf.constant(encoded))
-    except (tf.errors.InvalidArgumentError, tf.errors.UnknownError) as error:
-        raise ValueError(
-            f"{path} is not a readable JPEG, PNG, GIF or BMP image ({error.message.splitlines()[0]})."
-        ) from None
-    return resize(image, image_size).numpy()
+    return resize(load_image(path), image_size).numpy()
 
 
 def predict_files(runner, paths, top_k=5):

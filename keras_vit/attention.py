@@ -1,0 +1,89 @@
+"""Where a ViT looks: every block's attention weights, and attention rollout from [cls].
+
+    maps = keras_vit.attention.AttentionRollout(model)(images)["attention"]
+
+Attention rollout (Abnar & Zuidema, 2020) follows attention through the
+residual stream: each block's head-averaged attention, plus the identity for
+the skip connection, rows renormalised, multiplied from the first block to the
+last. The [cls] row of the product over the patch tokens says how much each
+patch contributed to the classification token. Everything is Keras ops, so the
+same graph exports to TFLite with builtin ops only.
+"""
+
+from keras import ops
+
+from keras_vit.layers import PatchEncoder, TransformerBlock
+
+
+def attention_scores(model, images):
+    """Runs `model` on `images` and returns `(outputs, scores)`.
+
+    `scores` holds each block's attention weights, `(batch, heads, tokens,
+    tokens)` with softmax rows over keys, first block first. The layers are
+    called in order (a ViT is a chain), so this traces into an exported graph.
+
+    Raises:
+        ValueError: `model` has no Transformer blocks.
+    """
+    x = images
+    scores = []
+    for layer in model.layers[1:]:  # after the InputLayer
+        if isinstance(layer, TransformerBlock):
+            x, block_scores = layer(x, training=False, return_attention_scores=True)
+            scores.append(block_scores)
+        else:
+            x = layer(x, training=False)
+    if not scores:
+        raise ValueError(f"{model.name} has no TransformerBlock layers, so it has no attention to show.")
+    return x, scores
+
+
+def rollout(scores, grid_size, num_prefix_tokens=1, residual_weight=0.5):
+    """Attention rollout from the [cls] token over the patch grid.
+
+    Args:
+        scores: list of `(batch, heads, tokens, tokens)` attention weights, first block first.
+        grid_size: `(rows, cols)` of patches.
+        num_prefix_tokens: tokens before the patches ([cls] and any others).
+        residual_weight: share of the identity (the skip connection) in each block's mix.
+
+    Returns:
+        `(batch, rows, cols)` float32 maps scaled so each image's largest value is 1.
+    """
+    result = None
+    for block_scores in scores:
+        mixed = ops.mean(ops.cast(block_scores, "float32"), axis=1)
+        tokens = mixed.shape[-1]
+        mixed = (1.0 - residual_weight) * mixed + residual_weight * ops.eye(tokens, dtype="float32")
+        mixed = mixed / ops.sum(mixed, axis=-1, keepdims=True)
+        result = mixed if result is None else ops.matmul(mixed, result)
+    cls_row = result[:, 0, num_prefix_tokens:]
+    maps = ops.reshape(cls_row, (-1, grid_size[0], grid_size[1]))
+    peak = ops.max(maps, axis=(1, 2), keepdims=True)
+    return maps / ops.maximum(peak, 1e-12)
+
+
+class AttentionRollout:
+    """Probabilities and attention-rollout maps of a ViT classifier, in one graph.
+
+    `AttentionRollout(model)(images)` returns `{"probabilities": (batch, classes),
+    "attention": (batch, rows, cols)}`. `model` outputs logits or softmax
+    probabilities; the plain model is left unchanged.
+    """
+
+    def __init__(self, model):
+        encoders = [layer for layer in model.layers if isinstance(layer, PatchEncoder)]
+        if len(encoders) != 1:
+            raise ValueError(f"{model.name} is not a ViT (no PatchEncoder); attention rollout needs one.")
+        self.grid_size = tuple(encoders[0].grid_size)
+        self.num_prefix_tokens = encoders[0].num_prefix_tokens
+        self.outputs_probabilities = getattr(model, "classifier_activation", None) == "softmax"
+        self.model = model
+
+    def __call__(self, images):
+        outputs, scores = attention_scores(self.model, images)
+        outputs = ops.cast(outputs, "float32")
+        return {
+            "probabilities": outputs if self.outputs_probabilities else ops.softmax(outputs, axis=-1),
+            "attention": rollout(scores, self.grid_size, self.num_prefix_tokens),
+        }
