@@ -149,7 +149,9 @@ class TFLiteRunner(Runner):
     def predict_attention(self, images):
         """`(probabilities, attention maps (n, rows, cols))`; needs a model exported with --attention."""
         if not self.has_attention:
-            raise ValueError("This .tflite has no attention output; export with `keras-vit export --attention`.")
+            raise ValueError(
+                "This .tflite has no attention output; export with `keras-vit export --attention`."
+            )
         probabilities, maps = [], []
         for image in images:
             probabilities.append(self._run(image))

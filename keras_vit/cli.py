@@ -145,6 +145,12 @@ def _verify(args):
     return _print_verification(report, args.folder, args.json, report)
 
 
+def _app_desktop(args):
+    from keras_vit.apps.desktop.app import run
+
+    return run(model=args.model, image=args.image, screenshot=args.screenshot)
+
+
 def _print_verification(report, folder, as_json, value):
     from keras_vit.export.verify import format_table
 
@@ -301,6 +307,20 @@ def build_parser():
     predict.add_argument("--top-k", type=int, default=5)
     predict.add_argument("--json", action="store_true", help="print JSON: each image's path and top-k")
     predict.set_defaults(run=_predict)
+
+    app = commands.add_parser("app", help="the desktop classifier")
+    apps = app.add_subparsers(dest="app", required=True, metavar="APP")
+    desktop = apps.add_parser(
+        "desktop", help="the Qt classifier: open, drop or paste images; top-5 and attention; folders"
+    )
+    desktop.add_argument("--model", help="a .tflite (default: the last model used), SavedModel or .keras")
+    desktop.add_argument("--image", help="an image to classify at start")
+    desktop.add_argument(
+        "--screenshot",
+        metavar="OUT.png",
+        help="render the window with --model and --image to a PNG, then exit",
+    )
+    desktop.set_defaults(run=_app_desktop)
     return parser
 
 

@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh dev
-.venv/bin/ruff check keras_vit export tests benchmarks scripts
-.venv/bin/ruff format --check keras_vit export tests benchmarks scripts
+.venv/bin/ruff check keras_vit export apps tests benchmarks scripts
+.venv/bin/ruff format --check keras_vit export apps tests benchmarks scripts
 export KERAS_BACKEND=tensorflow TF_CPP_MIN_LOG_LEVEL=2
 exec .venv/bin/python -m pytest "$@"
