@@ -59,7 +59,11 @@ def load_classifier(source, name=None):
             f"Export needs one image input of a fixed size, (batch, height, width, channels); "
             f"this model takes {shape}."
         )
-    if len(model.outputs) != 1 or len(model.output_shape) != 2:
+    if (
+        len(model.outputs) != 1
+        or len(model.output_shape) != 2
+        or getattr(model, "include_top", True) is False
+    ):
         raise ValueError(
             f"Export needs a classifier with one (batch, classes) output; this model returns "
             f"{model.output_shape}. Export a model with its head (include_top=True)."

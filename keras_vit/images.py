@@ -73,7 +73,7 @@ def _to_rgb(image):
         values = np.asarray(image, dtype=np.float64)
         top = 65535.0 if values.max() > 255 else 255.0
         gray = np.clip(np.round(values * (255.0 / top)), 0, 255).astype(np.uint8)
-        return Image.fromarray(gray, "L").convert("RGB")
+        return Image.fromarray(gray).convert("RGB")
     if image.mode == "P":
         image = image.convert("RGBA" if "transparency" in image.info else "RGB")
     if image.mode in ("RGBA", "LA", "PA", "La", "RGBa"):

@@ -11,7 +11,7 @@ def upsample(attention, size):
     from PIL import Image
 
     height, width = size
-    values = Image.fromarray(np.clip(np.asarray(attention, np.float32), 0.0, 1.0), mode="F")
+    values = Image.fromarray(np.clip(np.asarray(attention, np.float32), 0.0, 1.0))
     return np.clip(np.asarray(values.resize((width, height), Image.Resampling.BICUBIC)), 0.0, 1.0)
 
 

@@ -62,7 +62,9 @@ class _Task(QRunnable):
     def run(self):
         try:
             result = self.function(self.signals.progress.emit)
-        except Exception as error:  # shown in the window; the app keeps working
+        except (ValueError, FileNotFoundError, PermissionError) as error:  # bad input: the message says it
+            self.signals.failed.emit(error_message(error))
+        except Exception as error:  # a bug: shown in the window, traceback on stderr, the app goes on
             traceback.print_exc()
             self.signals.failed.emit(error_message(error))
         else:
