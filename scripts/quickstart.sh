@@ -11,7 +11,7 @@ run="runs/quickstart-$(date +%Y%m%d-%H%M%S)"
 .venv/bin/keras-vit train --model vit_nano_patch4_32 --epochs 15 --learning-rate 2e-3 --warmup-epochs 1 \
     --output "$run"
 .venv/bin/keras-vit evaluate "$run" --dataset cifar10-mini --split test
-.venv/bin/keras-vit export "$run" --output "$run/exports"
+.venv/bin/keras-vit export "$run" --output "$run/exports" --attention
 echo
 echo "Run folder: $run (model.keras, history.json, training.png, evaluation.json, confusion.png)"
 echo "Exports:    $run/exports/vit_nano_patch4_32/ (1/ = SavedModel for TF Serving; export-1/ = .tflite, .onnx, verification.md)"

@@ -1,6 +1,7 @@
 """Starts the desktop classifier, or renders one result to a PNG (`--screenshot`)."""
 
 import os
+import sys
 
 
 def _application():
@@ -23,8 +24,20 @@ def run(model=None, image=None, screenshot=None, settings=None):
     """
     if screenshot and not (model and image):
         raise ValueError("--screenshot needs --model and --image.")
+    try:
+        import PySide6  # noqa: F401
+    except ImportError:
+        raise ValueError(
+            "The desktop app needs Qt: pip install 'keras-vit[apps]' (or bash scripts/setup.sh apps)."
+        ) from None
     if screenshot:
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # no display needed
+    elif _no_display():
+        # Qt would abort the process ("could not connect to display") with no way to catch it.
+        raise ValueError(
+            "No display to open the window on (DISPLAY and WAYLAND_DISPLAY are unset): run it on a "
+            "desktop, over ssh -X, or use --screenshot OUT.png to render a result without a screen."
+        )
     application = _application()
     from keras_vit.apps.desktop.window import MainWindow
 
@@ -38,6 +51,15 @@ def run(model=None, image=None, screenshot=None, settings=None):
     if image:
         window.classify_path(image)
     return application.exec()
+
+
+def _no_display():
+    return (
+        sys.platform.startswith("linux")
+        and not os.environ.get("QT_QPA_PLATFORM")
+        and not os.environ.get("DISPLAY")
+        and not os.environ.get("WAYLAND_DISPLAY")
+    )
 
 
 def _screenshot(application, window, model, image, path):

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-OPACITY = 0.6
+OPACITY = 0.5
 
 
 def upsample(attention, size):
@@ -16,12 +16,16 @@ def upsample(attention, size):
 
 
 def blend(image, attention, opacity=OPACITY):
-    """RGB uint8 `image` with the attention heat map (inferno) over it, weighted by the
-    attention itself: where the model did not look, the image shows through."""
+    """RGB uint8 `image` under the attention heat map (inferno: dark where the [cls] token
+    attended least, bright yellow where most)."""
     from matplotlib import colormaps
 
+    attention = np.asarray(attention, np.float32)
+    # Rollout maps of small models are flat (the skip connections dominate): stretch the
+    # range so the image shows where attention is highest, not that it is everywhere.
+    spread = attention.max() - attention.min()
+    attention = (attention - attention.min()) / spread if spread > 1e-6 else np.zeros_like(attention)
     weight = upsample(attention, image.shape[:2])
     colours = 255 * colormaps["inferno"](weight)[..., :3]
-    alpha = opacity * np.clip(weight, 0.2, 1.0)[..., None]
-    mixed = (1 - alpha) * image.astype(np.float32) + alpha * colours
+    mixed = (1 - opacity) * image.astype(np.float32) + opacity * colours
     return np.clip(np.round(mixed), 0, 255).astype(np.uint8)
