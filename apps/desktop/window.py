@@ -223,7 +223,8 @@ class MainWindow(QMainWindow):
         self.banner.setText("")
 
     def error_text(self):
-        return self.banner.text() if self.banner.isVisible() or self.banner.text() else ""
+        """The message in the banner; empty when there is none."""
+        return self.banner.text()
 
     # === Work on the worker thread ===
 

@@ -1,0 +1,52 @@
+"""Attention weights and attention rollout."""
+
+import keras
+import numpy as np
+import pytest
+
+import keras_vit
+from keras_vit.attention import AttentionRollout, attention_scores, rollout
+from keras_vit.layers import TransformerBlock
+
+
+def _numpy_rollout(scores, grid, residual_weight=0.5):
+    result = None
+    for block in scores:
+        mixed = np.asarray(block).mean(axis=1)
+        mixed = (1 - residual_weight) * mixed + residual_weight * np.eye(mixed.shape[-1])
+        mixed /= mixed.sum(-1, keepdims=True)
+        result = mixed if result is None else mixed @ result
+    maps = result[:, 0, 1:].reshape(-1, *grid)
+    return maps / maps.max(axis=(1, 2), keepdims=True)
+
+
+@pytest.mark.parametrize("pooling", ["token", "gap"])
+def test_rollout_matches_a_numpy_reference_and_probabilities_match_the_model(tiny_config, images, pooling):
+    model = keras_vit.ViT(**tiny_config, pooling=pooling)
+    outputs = AttentionRollout(model)(images)
+    np.testing.assert_allclose(outputs["probabilities"], keras.ops.softmax(model(images)), atol=1e-6)
+    _, scores = attention_scores(model, images)
+    assert len(scores) == tiny_config["depth"] and tuple(scores[0].shape) == (2, 4, 65, 65)
+    np.testing.assert_allclose(np.asarray(scores[0]).sum(-1), 1.0, atol=1e-5)  # softmax rows
+    maps = np.asarray(outputs["attention"])
+    assert maps.shape == (2, 8, 8) and np.allclose(maps.max(axis=(1, 2)), 1.0)
+    np.testing.assert_allclose(maps, _numpy_rollout(scores, (8, 8)), atol=1e-5)
+
+
+def test_one_block_with_pure_attention_is_that_blocks_cls_row():
+    scores = np.random.default_rng(0).dirichlet(np.ones(5), size=(1, 2, 5)).astype("float32")
+    maps = np.asarray(rollout([scores], (2, 2), residual_weight=0.0))
+    expected = scores.mean(axis=1)[0, 0, 1:].reshape(2, 2)
+    np.testing.assert_allclose(maps[0], expected / expected.max(), atol=1e-6)
+
+
+def test_blocks_return_attention_scores_symbolically_too():
+    tokens = keras.Input((5, 32))
+    out, scores = TransformerBlock(32, 4, 64)(tokens, return_attention_scores=True)
+    assert tuple(out.shape) == (None, 5, 32) and tuple(scores.shape) == (None, 4, 5, 5)
+
+
+def test_rollout_needs_a_vit():
+    plain = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+    with pytest.raises(ValueError, match="not a ViT"):
+        AttentionRollout(plain)
