@@ -190,6 +190,8 @@ def test_folder_mode_fills_a_sortable_table_and_exports_csv(
         if not row["error"]:
             assert row["top1"] == _litert_top1(_tflite(export_folder), row["file"])
 
+    names = [window.table.item(i, 0).text() for i in range(21)]
+    assert names == sorted(os.path.basename(row["file"]) for row in rows)  # file order at first
     window.table.sortItems(2, Qt.SortOrder.DescendingOrder)  # Probability (%)
     shown = [window.table.item(i, 2).data(Qt.ItemDataRole.DisplayRole) for i in range(20)]
     assert shown == sorted(shown, reverse=True) and isinstance(shown[0], float)

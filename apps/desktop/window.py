@@ -188,6 +188,7 @@ class MainWindow(QMainWindow):
         self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
         self.table.horizontalHeader().setStretchLastSection(True)
         self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
+        self.table.setWordWrap(False)
         self.table.setSortingEnabled(True)
         self.table.cellDoubleClicked.connect(self._open_row)
         folder_row = QHBoxLayout()
@@ -410,6 +411,7 @@ class MainWindow(QMainWindow):
 
     def _folder_done(self, total):
         self.table.setSortingEnabled(True)
+        self.table.sortItems(0, Qt.SortOrder.AscendingOrder)  # file order until the user sorts
         self.table.resizeColumnsToContents()
         self.cancel_button.setEnabled(False)
         self.csv_button.setEnabled(bool(self.rows))
