@@ -67,15 +67,7 @@ def _model_metadata(classifier, input_is_uint8, description, output_ranks=(2,)):
     labels.description = "The class names, one per line, in output order."
     labels.type = fb.AssociatedFileType.TENSOR_AXIS_LABELS
 
-    probability = fb.TensorMetadataT()
-    probability.name = "probability"
-    probability.description = f"Probabilities of the {classifier.num_classes} classes."
-    probability.content = fb.ContentT()
-    probability.content.contentPropertiesType = fb.ContentProperties.FeatureProperties
-    probability.content.contentProperties = fb.FeaturePropertiesT()
-    probability.stats = fb.StatsT()
-    probability.stats.min = [0.0]
-    probability.stats.max = [1.0]
+    probability = _unit_feature(fb, "probability", f"Probabilities of the {classifier.num_classes} classes.")
     probability.associatedFiles = [labels]
 
     subgraph = fb.SubGraphMetadataT()
@@ -103,18 +95,25 @@ def _attention_metadata(fb, classifier):
 
     encoder = next(layer for layer in classifier.model.layers if isinstance(layer, PatchEncoder))
     rows, cols = encoder.grid_size
-    attention = fb.TensorMetadataT()
-    attention.name = ATTENTION_OUTPUT
-    attention.description = (
-        f"Attention rollout from the [cls] token over the {rows}x{cols} patch grid; largest value 1."
+    return _unit_feature(
+        fb,
+        ATTENTION_OUTPUT,
+        f"Attention rollout from the [cls] token over the {rows}x{cols} patch grid; largest value 1.",
     )
-    attention.content = fb.ContentT()
-    attention.content.contentPropertiesType = fb.ContentProperties.FeatureProperties
-    attention.content.contentProperties = fb.FeaturePropertiesT()
-    attention.stats = fb.StatsT()
-    attention.stats.min = [0.0]
-    attention.stats.max = [1.0]
-    return attention
+
+
+def _unit_feature(fb, name, description):
+    """Metadata of a float output with values in [0, 1]."""
+    tensor = fb.TensorMetadataT()
+    tensor.name = name
+    tensor.description = description
+    tensor.content = fb.ContentT()
+    tensor.content.contentPropertiesType = fb.ContentProperties.FeatureProperties
+    tensor.content.contentProperties = fb.FeaturePropertiesT()
+    tensor.stats = fb.StatsT()
+    tensor.stats.min = [0.0]
+    tensor.stats.max = [1.0]
+    return tensor
 
 
 def _version():
