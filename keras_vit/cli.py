@@ -151,6 +151,22 @@ def _app_desktop(args):
     return run(model=args.model, image=args.image, screenshot=args.screenshot)
 
 
+def _app_mobile(args):
+    from keras_vit.apps.mobile.app import run
+
+    return run(
+        model=args.model,
+        host=args.host,
+        port=args.port,
+        output=args.output,
+        build_only=args.build_only,
+        certfile=args.certfile,
+        keyfile=args.keyfile,
+        screenshot=args.screenshot,
+        image=args.image,
+    )
+
+
 def _print_verification(report, folder, as_json, value):
     from keras_vit.export.verify import format_table
 
@@ -308,7 +324,7 @@ def build_parser():
     predict.add_argument("--json", action="store_true", help="print JSON: each image's path and top-k")
     predict.set_defaults(run=_predict)
 
-    app = commands.add_parser("app", help="the desktop classifier")
+    app = commands.add_parser("app", help="the desktop and mobile classifiers")
     apps = app.add_subparsers(dest="app", required=True, metavar="APP")
     desktop = apps.add_parser(
         "desktop", help="the Qt classifier: open, drop or paste images; top-5 and attention; folders"
@@ -321,6 +337,26 @@ def build_parser():
         help="render the window with --model and --image to a PNG, then exit",
     )
     desktop.set_defaults(run=_app_desktop)
+    mobile = apps.add_parser(
+        "mobile",
+        help="the offline web app for phones (LiteRT.js): build it for a .tflite and serve it",
+    )
+    mobile.add_argument("--model", required=True, help="a .tflite from keras-vit export (or its folder)")
+    mobile.add_argument(
+        "--host", default="127.0.0.1", help="address to serve on (default 127.0.0.1; 0.0.0.0 for phones)"
+    )
+    mobile.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)")
+    mobile.add_argument("--output", help="folder to write the app to (default: a temporary folder)")
+    mobile.add_argument(
+        "--build-only", action="store_true", help="write the app to --output and exit (for any static host)"
+    )
+    mobile.add_argument("--certfile", help="TLS certificate (PEM): serve HTTPS, which phones need for the camera")
+    mobile.add_argument("--keyfile", help="the certificate's private key (PEM), unless --certfile holds it")
+    mobile.add_argument(
+        "--screenshot", metavar="OUT.png", help="classify --image in headless Chromium as a phone, save the screen"
+    )
+    mobile.add_argument("--image", help="the picture for --screenshot")
+    mobile.set_defaults(run=_app_mobile)
     return parser
 
 

@@ -1,0 +1,229 @@
+"""Builds the mobile app's static folder for one `.tflite`: page, LiteRT.js, model and cache list.
+
+The folder holds everything the phone needs, so it can be served by `keras-vit app mobile`
+or copied to any static HTTPS host:
+
+    index.html, app.js, preprocess.js, style.css   the page (apps/mobile/web/)
+    sw.js                                           the service worker, with its precache list
+    manifest.webmanifest, icons/                    what makes it installable
+    vendor/@litertjs/...                            LiteRT.js from node_modules (package-lock.json)
+    model.tflite, model.json                        the model and what its metadata says
+
+model.json is read out of the `.tflite` (its metadata, label file and tensor details), so the
+class names, image size and normalisation have one source: the exported model.
+"""
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+WEB = HERE / "web"
+NODE_MODULES = HERE / "node_modules"
+PAGE_FILES = ("index.html", "app.js", "preprocess.js", "style.css")
+# LiteRT.js picks the relaxed-SIMD build where the browser has it, else the compatible one;
+# the threaded and JSPI builds are not used (they need cross-origin isolation or WebNN).
+VENDOR_FILES = (
+    "@litertjs/core/dist/index.js",
+    "@litertjs/wasm-utils/dist/index.js",
+    "@litertjs/core/wasm/litert_wasm_internal.js",
+    "@litertjs/core/wasm/litert_wasm_internal.wasm",
+    "@litertjs/core/wasm/litert_wasm_compat_internal.js",
+    "@litertjs/core/wasm/litert_wasm_compat_internal.wasm",
+)
+MODEL_FILE = "model.tflite"
+ICON_SIZES = (192, 512)
+INPUT_TYPES = ("float32", "uint8", "int8")
+
+
+def _locked_versions():
+    lock = json.loads((HERE / "package-lock.json").read_text())
+    return {
+        name.removeprefix("node_modules/"): entry["version"]
+        for name, entry in lock["packages"].items()
+        if name.startswith("node_modules/")
+    }
+
+
+def _installed_version(package):
+    manifest = NODE_MODULES / package / "package.json"
+    return json.loads(manifest.read_text())["version"] if manifest.exists() else None
+
+
+def ensure_front_end():
+    """Installs the locked front-end packages (`npm ci`) unless node_modules already has them."""
+    locked = _locked_versions()
+    if all(_installed_version(name) == version for name, version in locked.items()):
+        return
+    npm = shutil.which("npm")
+    if npm is None:
+        raise ValueError(
+            "The mobile app needs LiteRT.js from npm once, and npm is not installed: install "
+            "Node.js (e.g. `apt-get install nodejs npm`), then run `bash scripts/setup.sh apps`."
+        )
+    result = subprocess.run(
+        [npm, "ci", "--no-audit", "--no-fund", "--loglevel=error"],
+        cwd=HERE,
+        capture_output=True,
+        text=True,
+    )
+    if result.returncode != 0:
+        detail = (result.stderr or result.stdout).strip().splitlines()[-1:] or ["no output"]
+        raise ValueError(f"`npm ci` in {HERE} failed ({detail[0]}); run it there to see why.")
+
+
+def describe_model(path):
+    """What the app needs to know about a `.tflite`, read from the file itself (model.json).
+
+    Raises:
+        FileNotFoundError: no file at `path`.
+        ValueError: not a TFLite model, no keras-vit metadata, or an input LiteRT.js and the
+            app cannot feed (not a static `[1, height, width, 3]` image of floats or 8-bit ints).
+    """
+    import numpy as np
+    from ai_edge_litert.interpreter import Interpreter
+
+    from keras_vit.export.metadata import read_metadata
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"Model not found: {path} (pass the .tflite that `keras-vit export` wrote).")
+    flatbuffer = path.read_bytes()
+    if flatbuffer[4:8] != b"TFL3":
+        raise ValueError(f"{path} is not a TFLite model (no TFL3 identifier); pass a .tflite from `keras-vit export`.")
+    metadata = read_metadata(flatbuffer)
+    try:
+        interpreter = Interpreter(model_content=flatbuffer)
+        interpreter.allocate_tensors()
+    except (RuntimeError, ValueError) as error:
+        first_line = str(error).strip().splitlines()[0]
+        raise ValueError(f"{path} cannot run in LiteRT ({first_line}); re-export it with `keras-vit export`.") from None
+    inputs = interpreter.get_input_details()
+    if len(inputs) != 1:
+        raise ValueError(f"{path} has {len(inputs)} inputs; the app feeds one image.")
+    image = inputs[0]
+    signature = [int(d) for d in image["shape_signature"]]
+    if len(signature) != 4 or signature[0] != 1 or signature[3] != 3 or min(signature) < 1:
+        raise ValueError(
+            f"{path} takes input of shape {signature}; LiteRT.js in the browser needs a static "
+            "[1, height, width, 3] image (-1 is a dynamic size). Re-export it with `keras-vit export`, "
+            "which writes batch-1 models."
+        )
+    input_type = np.dtype(image["dtype"]).name
+    if input_type not in INPUT_TYPES:
+        raise ValueError(f"{path} takes {input_type} input; the app feeds {', '.join(INPUT_TYPES)}.")
+    probabilities = [o for o in interpreter.get_output_details() if len(o["shape"]) == 2]
+    if not probabilities or int(probabilities[0]["shape"][1]) != len(metadata["labels"]):
+        raise ValueError(f"{path} has no output of {len(metadata['labels'])} class probabilities.")
+    output = probabilities[0]
+
+    def quantization(details):
+        scale, zero_point = details["quantization"]
+        return {"dtype": np.dtype(details["dtype"]).name, "scale": float(scale), "zeroPoint": int(zero_point)}
+
+    return {
+        "name": metadata["name"] or path.stem,
+        "description": metadata["description"],
+        "file": MODEL_FILE,
+        "bytes": len(flatbuffer),
+        "sha256": hashlib.sha256(flatbuffer).hexdigest(),
+        "imageSize": signature[1:3],
+        "mean": metadata["mean"],
+        "std": metadata["std"],
+        "labels": metadata["labels"],
+        "input": quantization(image),
+        "output": quantization(output),
+    }
+
+
+def _manifest(description):
+    return {
+        "name": f"{description['name']} · keras-vit",
+        "short_name": "ViT classifier",
+        "description": f"Classifies photos into {len(description['labels'])} classes on this device, offline.",
+        "start_url": "./",
+        "scope": "./",
+        "display": "standalone",
+        "orientation": "portrait",
+        "background_color": "#f6f6f9",
+        "theme_color": "#1b1f3b",
+        "icons": [
+            {"src": f"icons/icon-{size}.png", "sizes": f"{size}x{size}", "type": "image/png", "purpose": "any maskable"}
+            for size in ICON_SIZES
+        ],
+    }
+
+
+def _draw_icon(size):
+    """A 4 x 4 grid of patches, one lit: a ViT's view of an image. Kept in the maskable safe zone."""
+    from PIL import Image, ImageDraw
+
+    icon = Image.new("RGB", (size, size), "#1b1f3b")
+    draw = ImageDraw.Draw(icon)
+    grid, margin = 4, size * 0.22
+    cell = (size - 2 * margin) / grid
+    for row in range(grid):
+        for col in range(grid):
+            x, y = margin + col * cell, margin + row * cell
+            colour = "#ff8c1a" if (row, col) == (1, 2) else "#3a3f7a"
+            draw.rounded_rectangle(
+                (x + cell * 0.08, y + cell * 0.08, x + cell * 0.92, y + cell * 0.92), cell * 0.15, fill=colour
+            )
+    return icon
+
+
+def _version(folder, files):
+    digest = hashlib.sha256()
+    for name in files:
+        digest.update(name.encode())
+        digest.update(hashlib.sha256((folder / name).read_bytes()).digest())
+    return digest.hexdigest()[:16]
+
+
+def _is_replaceable(folder):
+    # Only an empty folder or an earlier build is replaced, never a folder of the user's.
+    return folder.is_dir() and (not any(folder.iterdir()) or (folder / "model.json").is_file() and (folder / "sw.js").is_file())
+
+
+def build_app(model_path, output):
+    """Writes the app for `model_path` to the folder `output` (replaced whole) and returns its path.
+
+    The folder is built beside `output` and renamed into place, so an interrupted build
+    never leaves a half-written app.
+    """
+    description = describe_model(model_path)
+    ensure_front_end()
+    output = Path(output).resolve()
+    if output.exists() and not _is_replaceable(output):
+        raise ValueError(f"{output} exists and is not a mobile app build; choose another --output.")
+    output.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{output.name}-", dir=output.parent))
+    try:
+        for name in PAGE_FILES:
+            shutil.copyfile(WEB / name, staging / name)
+        for name in VENDOR_FILES:
+            (staging / "vendor" / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(NODE_MODULES / name, staging / "vendor" / name)
+        shutil.copyfile(model_path, staging / MODEL_FILE)
+        (staging / "model.json").write_text(json.dumps(description, indent=2) + "\n")
+        (staging / "manifest.webmanifest").write_text(json.dumps(_manifest(description), indent=2) + "\n")
+        (staging / "icons").mkdir()
+        for size in ICON_SIZES:
+            _draw_icon(size).save(staging / "icons" / f"icon-{size}.png")
+
+        files = sorted(p.relative_to(staging).as_posix() for p in staging.rglob("*") if p.is_file())
+        precache = {"version": _version(staging, files), "files": ["./", *files]}
+        service_worker = (WEB / "sw.js").read_text().replace("__PRECACHE__", json.dumps(precache))
+        (staging / "sw.js").write_text(service_worker)
+
+        if output.exists():
+            shutil.rmtree(output)
+        os.replace(staging, output)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return output
