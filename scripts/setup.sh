@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Creates .venv (once) and installs keras-vit into it, editable, with the given extras.
 #   bash scripts/setup.sh          # the library and CLI
-#   bash scripts/setup.sh dev      # plus the test tools (pytest, timm, torch)
+#   bash scripts/setup.sh apps     # plus the desktop app (Qt) and the mobile app's LiteRT.js (npm ci)
+#   bash scripts/setup.sh dev      # plus the test tools (pytest, timm, torch, Playwright + Chromium)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -16,3 +17,29 @@ spec="."
 [ -n "$extras" ] && spec=".[$extras]"
 echo "Installing keras-vit${extras:+ with [$extras]} into .venv ..."
 .venv/bin/python -m pip install --quiet --disable-pip-version-check --editable "$spec"
+
+# Root on Debian (CI, containers) installs what is missing; elsewhere the message says what to install.
+apt_install() {
+    if [ "$(id -u)" = 0 ] && command -v apt-get > /dev/null; then
+        echo "Installing $* (apt-get) ..."
+        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" > /dev/null
+    else
+        echo "Please install $* (Debian: sudo apt-get install $*)." >&2
+        return 1
+    fi
+}
+
+case ",$extras," in
+*,apps,* | *,dev,*)
+    # The mobile app's front end (LiteRT.js), pinned by apps/mobile/package-lock.json.
+    command -v npm > /dev/null || apt_install nodejs npm
+    echo "Installing the mobile app's front end (npm ci in apps/mobile) ..."
+    (cd apps/mobile && npm ci --no-audit --no-fund --loglevel=error)
+    ;;
+esac
+case ",$extras," in
+*,dev,*)
+    # The mobile app's tests drive Debian's Chromium with Playwright.
+    command -v chromium > /dev/null || apt_install chromium
+    ;;
+esac

@@ -38,6 +38,47 @@ def _float32_policy():
     keras.config.set_dtype_policy("float32")
 
 
+@pytest.fixture(scope="session")
+def image_folder(tmp_path_factory):
+    """20 real CIFAR-10 test images from the embedded dataset, as PNG files."""
+    from keras_vit import data
+
+    folder = tmp_path_factory.mktemp("images")
+    dataset = data.load_dataset("cifar10-mini")
+    pairs = list(dataset["test"].to_dataset().as_numpy_iterator())
+    for i, (encoded, label) in enumerate(pairs[::25][:20]):
+        (folder / f"{i:02d}_{dataset.class_names[label]}.png").write_bytes(encoded)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def export_folder(tmp_path_factory):
+    """A tiny ViT trained for one epoch, exported: SavedModel, fp32 TFLite, attention TFLite."""
+    from keras_vit.export.exporter import export_model
+    from keras_vit.train import TrainConfig, train
+
+    run = tmp_path_factory.mktemp("run") / "run"
+    train(
+        TrainConfig(
+            model="vit_nano_patch4_32",
+            dataset="cifar10-mini",
+            output=str(run),
+            epochs=1,
+            batch_size=64,
+            overrides={"hidden_dim": 32, "depth": 2, "num_heads": 4, "mlp_dim": 64},
+        )
+    )
+    manifest = export_model(
+        str(run),
+        output=str(tmp_path_factory.mktemp("exports")),
+        formats=("saved_model", "tflite"),
+        quantize=(),
+        verify=False,
+        attention=True,
+    )
+    return manifest
+
+
 _PARITY = []
 
 

@@ -15,13 +15,24 @@ def resolve_model(path):
     if path.is_dir():
         candidate = path / build.MODEL_FILE
         if not candidate.is_file():
-            raise FileNotFoundError(f"No {build.MODEL_FILE} in {path}; pass the .tflite that `keras-vit export` wrote.")
+            raise FileNotFoundError(
+                f"No {build.MODEL_FILE} in {path}; pass the .tflite that `keras-vit export` wrote."
+            )
         return candidate
     return path
 
 
-def run(model, host="127.0.0.1", port=8000, output=None, build_only=False, certfile=None, keyfile=None,
-        screenshot=None, image=None):
+def run(
+    model,
+    host="127.0.0.1",
+    port=8000,
+    output=None,
+    build_only=False,
+    certfile=None,
+    keyfile=None,
+    screenshot=None,
+    image=None,
+):
     """Builds the app for `model` and serves it until Ctrl+C (or only builds, or screenshots it).
 
     Returns:
@@ -54,7 +65,9 @@ def _screenshot(folder, image, output):
     server.serve_in_background(httpd)
     try:
         result = {}
-        atomic_write(output, lambda temporary: result.update(screenshot(server.urls(httpd)[0], image, temporary)))
+        atomic_write(
+            output, lambda temporary: result.update(screenshot(server.urls(httpd)[0], image, temporary))
+        )
     finally:
         httpd.shutdown()
         httpd.server_close()

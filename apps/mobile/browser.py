@@ -32,21 +32,33 @@ def find_chromium():
     return next(filter(None, map(shutil.which, CHROMIUM_NAMES)), None)
 
 
+class Phone:
+    """Headless Chromium that opens phone-sized browser contexts (each with its own storage)."""
+
+    def __init__(self, playwright, browser):
+        self.playwright = playwright
+        self.browser = browser
+
+    def new_context(self):
+        return self.browser.new_context(**self.playwright.devices[PHONE], permissions=["camera"])
+
+
 @contextlib.contextmanager
 def phone_browser():
-    """Yields a Playwright browser context that emulates a phone, with camera permission."""
+    """Yields a `Phone`: the system's Chromium under Playwright, closed on exit."""
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:
         raise ValueError("Driving the app needs Playwright: pip install playwright.") from None
     chromium = find_chromium()
     if chromium is None:
-        raise ValueError("Chromium not found: install it (Debian: apt-get install chromium) or set KERAS_VIT_CHROMIUM.")
+        raise ValueError(
+            "Chromium not found: install it (Debian: apt-get install chromium) or set KERAS_VIT_CHROMIUM."
+        )
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=chromium, args=list(CHROMIUM_ARGS))
         try:
-            context = browser.new_context(**playwright.devices[PHONE], permissions=["camera"])
-            yield context
+            yield Phone(playwright, browser)
         finally:
             browser.close()
 
@@ -96,8 +108,8 @@ def read_result(page):
 
 def screenshot(url, image_path, output):
     """Opens the app as a phone, classifies `image_path` and saves the screen as a PNG."""
-    with phone_browser() as context:
-        page = open_app(context, url)
+    with phone_browser() as phone:
+        page = open_app(phone.new_context(), url)
         result = classify(page, image_path)
         if result["error"]:
             raise ValueError(result["error"])

@@ -94,14 +94,18 @@ def describe_model(path):
         raise FileNotFoundError(f"Model not found: {path} (pass the .tflite that `keras-vit export` wrote).")
     flatbuffer = path.read_bytes()
     if flatbuffer[4:8] != b"TFL3":
-        raise ValueError(f"{path} is not a TFLite model (no TFL3 identifier); pass a .tflite from `keras-vit export`.")
+        raise ValueError(
+            f"{path} is not a TFLite model (no TFL3 identifier); pass a .tflite from `keras-vit export`."
+        )
     metadata = read_metadata(flatbuffer)
     try:
         interpreter = Interpreter(model_content=flatbuffer)
         interpreter.allocate_tensors()
     except (RuntimeError, ValueError) as error:
         first_line = str(error).strip().splitlines()[0]
-        raise ValueError(f"{path} cannot run in LiteRT ({first_line}); re-export it with `keras-vit export`.") from None
+        raise ValueError(
+            f"{path} cannot run in LiteRT ({first_line}); re-export it with `keras-vit export`."
+        ) from None
     inputs = interpreter.get_input_details()
     if len(inputs) != 1:
         raise ValueError(f"{path} has {len(inputs)} inputs; the app feeds one image.")
@@ -144,7 +148,7 @@ def _manifest(description):
     return {
         "name": f"{description['name']} · keras-vit",
         "short_name": "ViT classifier",
-        "description": f"Classifies photos into {len(description['labels'])} classes on this device, offline.",
+        "description": f"Classifies photos into {len(description['labels'])} classes on the device, offline.",
         "start_url": "./",
         "scope": "./",
         "display": "standalone",
@@ -152,7 +156,12 @@ def _manifest(description):
         "background_color": "#f6f6f9",
         "theme_color": "#1b1f3b",
         "icons": [
-            {"src": f"icons/icon-{size}.png", "sizes": f"{size}x{size}", "type": "image/png", "purpose": "any maskable"}
+            {
+                "src": f"icons/icon-{size}.png",
+                "sizes": f"{size}x{size}",
+                "type": "image/png",
+                "purpose": "any maskable",
+            }
             for size in ICON_SIZES
         ],
     }
@@ -186,7 +195,9 @@ def _version(folder, files):
 
 def _is_replaceable(folder):
     # Only an empty folder or an earlier build is replaced, never a folder of the user's.
-    return folder.is_dir() and (not any(folder.iterdir()) or (folder / "model.json").is_file() and (folder / "sw.js").is_file())
+    return folder.is_dir() and (
+        not any(folder.iterdir()) or (folder / "model.json").is_file() and (folder / "sw.js").is_file()
+    )
 
 
 def build_app(model_path, output):

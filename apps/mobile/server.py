@@ -42,7 +42,9 @@ def make_server(folder, host="127.0.0.1", port=8000, certfile=None, keyfile=None
     try:
         server = ThreadingHTTPServer((host, port), handler)
     except OSError as error:
-        raise ValueError(f"Cannot serve on {host}:{port} ({error.strerror}); pass another --port or --host.") from None
+        raise ValueError(
+            f"Cannot serve on {host}:{port} ({error.strerror}); pass another --port or --host."
+        ) from None
     server.verbose = verbose
     server.daemon_threads = True
     if certfile:

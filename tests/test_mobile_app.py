@@ -1,0 +1,333 @@
+"""The mobile classifier, driven in Debian's Chromium as a phone (Playwright, touch, small screen).
+
+Every test image's top-1 in the page must equal LiteRT's top-1 in Python for the same model.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from PIL import Image
+
+pytest.importorskip("playwright")
+
+from keras_vit.apps.mobile import browser, server  # noqa: E402
+from keras_vit.apps.mobile.build import build_app, describe_model  # noqa: E402
+from keras_vit.export.runtimes import TFLiteRunner  # noqa: E402
+from keras_vit.predict import read_image  # noqa: E402
+
+VENV_BIN = os.path.dirname(sys.executable)
+
+
+@pytest.fixture(scope="module")
+def phone():
+    if browser.find_chromium() is None:
+        message = "Chromium is not installed (apt-get install chromium; scripts/setup.sh dev does it as root)"
+        if os.environ.get("CI"):
+            pytest.fail(message)  # CI must run these tests, never skip them
+        pytest.skip(message)
+    with browser.phone_browser() as opened:
+        yield opened
+
+
+@pytest.fixture(scope="module")
+def model_path(export_folder):
+    return os.path.join(export_folder["folder"], "model.tflite")
+
+
+@pytest.fixture(scope="module")
+def app_folder(model_path, tmp_path_factory):
+    return build_app(model_path, tmp_path_factory.mktemp("mobile") / "app")
+
+
+def _serve(folder):
+    httpd = server.make_server(folder, "127.0.0.1", 0)
+    server.serve_in_background(httpd)
+    return httpd
+
+
+@pytest.fixture(scope="module")
+def app_url(app_folder):
+    httpd = _serve(app_folder)
+    yield server.urls(httpd)[0]
+    httpd.shutdown()
+    httpd.server_close()
+
+
+@pytest.fixture
+def page(phone, app_url):
+    context = phone.new_context()
+    yield browser.open_app(context, app_url)
+    context.close()
+
+
+@pytest.fixture(scope="module")
+def test_images(image_folder, tmp_path_factory):
+    """The 20 CIFAR-10 PNGs, plus the same pictures in the shapes phones produce: larger and
+    non-square (resized in the page), smaller (upsampled), with transparency, and a JPEG
+    stored sideways with an EXIF orientation."""
+    folder = tmp_path_factory.mktemp("phone_images")
+    originals = sorted(image_folder.glob("*.png"))
+    for path in originals:
+        shutil.copy(path, folder / path.name)
+    pictures = [Image.open(path).convert("RGB") for path in originals[:4]]
+    pictures[0].resize((77, 51), Image.Resampling.BICUBIC).save(folder / "wide_77x51.png")
+    pictures[1].resize((480, 640), Image.Resampling.BICUBIC).save(folder / "portrait_480x640.png")
+    pictures[2].resize((20, 24), Image.Resampling.BICUBIC).save(folder / "small_20x24.png")
+    transparent = pictures[3].convert("RGBA")
+    alpha = np.full((32, 32), 255, np.uint8)
+    alpha[8:24, 8:24] = 96
+    transparent.putalpha(Image.fromarray(alpha))
+    transparent.save(folder / "transparent.png")
+    # Upright it is 60 x 90 (tall); stored 90 x 60 with orientation 6 ("rotate 90 clockwise").
+    upright = pictures[0].resize((60, 90), Image.Resampling.BICUBIC)
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    upright.transpose(Image.Transpose.ROTATE_90).save(folder / "sideways.jpg", quality=95, exif=exif)
+    return sorted(folder.iterdir())
+
+
+def _python_litert(model_path, image_path):
+    """LiteRT in Python, with the library's own image reading: (input pixels, probabilities)."""
+    runner = TFLiteRunner(model_path)
+    pixels = read_image(image_path, runner.image_size)
+    return pixels, runner.predict([pixels])[0]
+
+
+def test_top1_equals_python_litert_on_every_test_image(page, model_path, test_images, record_parity):
+    labels = describe_model(model_path)["labels"]
+    worst_input, worst_probability = 0.0, 0.0
+    for path in test_images:
+        result = browser.classify(page, path)
+        assert result["error"] is None, path.name
+        predictions = result["predictions"]
+        pixels, probabilities = _python_litert(model_path, path)
+        assert len(predictions) == 5
+        assert predictions[0]["name"] == labels[int(np.argmax(probabilities))], path.name
+        # The rest of the top 5, in rank order, with the probability shown as text.
+        expected = [labels[i] for i in np.argsort(-probabilities)[:5]]
+        assert [p["name"] for p in predictions] == expected, path.name
+        for prediction in predictions:
+            assert f"{100 * prediction['probability']:.1f}%" in prediction["text"]
+        page_pixels = np.asarray(page.evaluate("Array.from(window.kerasVit.lastInput)"), np.float32)
+        page_probabilities = np.asarray(page.evaluate("Array.from(window.kerasVit.lastProbabilities)"))
+        if path.suffix == ".png":
+            # Same decoded pixels and the same resize filter as TensorFlow's.
+            worst_input = max(worst_input, np.abs(page_pixels - pixels.reshape(-1)).max())
+            worst_probability = max(worst_probability, np.abs(page_probabilities - probabilities).max())
+        else:
+            # JPEG: Chromium's and Pillow's decoders may round a few values differently.
+            assert np.abs(page_pixels - pixels.reshape(-1)).mean() < 1.0
+    assert record_parity("mobile app vs Python: model input pixels (0-255), PNG", worst_input, 1e-2) < 1e-2
+    assert record_parity("mobile app vs Python LiteRT: probabilities, PNG", worst_probability, 1e-5) < 1e-5
+    assert "ms" in page.text_content("[data-testid=timing]")
+
+
+def test_the_page_reads_what_the_model_says(page, model_path):
+    description = describe_model(model_path)
+    assert page.evaluate("window.kerasVit.info.labels") == description["labels"]
+    status = page.text_content("[data-testid=status]")
+    assert "10 classes" in status and "32×32" in status and "LiteRT.js" in status
+    assert page.text_content("h1") == description["name"]
+
+
+def test_offline_after_the_first_visit(phone, app_folder, model_path, test_images):
+    """With the server gone, the installed app still opens, loads its model and classifies."""
+    httpd = _serve(app_folder)
+    url = server.urls(httpd)[0]
+    context = phone.new_context()
+    try:
+        page = browser.open_app(context, url)
+        browser.wait_until_offline_ready(page)
+        precache = page.evaluate(
+            "caches.keys().then(keys => caches.open(keys[0])).then(c => c.keys())"
+            ".then(requests => requests.map(r => new URL(r.url).pathname))"
+        )
+        assert {"/", "/model.tflite", "/model.json", "/vendor/@litertjs/core/dist/index.js"} <= set(precache)
+        httpd.shutdown()
+        httpd.server_close()
+        context.set_offline(True)
+        page.reload()
+        page.wait_for_function("document.body.dataset.state", timeout=browser.LOAD_TIMEOUT_MS)
+        assert page.evaluate("document.body.dataset.state") == "ready"
+        path = test_images[0]
+        result = browser.classify(page, path)
+        _, probabilities = _python_litert(model_path, path)
+        labels = describe_model(model_path)["labels"]
+        assert result["predictions"][0]["name"] == labels[int(np.argmax(probabilities))]
+    finally:
+        context.close()
+        httpd.server_close()
+
+
+def test_an_undecodable_image_gets_a_message_and_the_app_goes_on(page, tmp_path, test_images):
+    broken = tmp_path / "holiday.jpg"
+    broken.write_bytes(b"\xff\xd8\xff\xe0 this is not really a JPEG")
+    result = browser.classify(page, broken)
+    assert "holiday.jpg could not be decoded" in result["error"]
+    assert result["predictions"] == []
+    result = browser.classify(page, test_images[0])
+    assert result["error"] is None and len(result["predictions"]) == 5
+
+
+def test_a_model_that_fails_to_load_gets_a_message(phone, app_folder, tmp_path):
+    broken = tmp_path / "broken"
+    shutil.copytree(app_folder, broken)
+    (broken / "model.tflite").write_bytes(b"TFL3 but not a flatbuffer at all" * 10)
+    missing = tmp_path / "missing"
+    shutil.copytree(app_folder, missing)
+    (missing / "model.json").unlink()
+    cases = ((broken, "model.tflite could not be loaded by LiteRT.js"), (missing, "HTTP 404"))
+    for folder, expected in cases:
+        httpd = _serve(folder)
+        context = phone.new_context()
+        try:
+            page = browser.open_app(context, server.urls(httpd)[0])
+            assert page.evaluate("document.body.dataset.state") == "failed"
+            error = page.text_content("[data-testid=error]")
+            assert error.startswith("The model failed to load") and expected in error
+            assert page.is_disabled("#gallery-input") and page.is_disabled("#live-button")
+        finally:
+            context.close()
+            httpd.shutdown()
+            httpd.server_close()
+
+
+def test_live_camera_classifies_frames_until_stopped(page):
+    page.tap("#live-button")
+    page.wait_for_function("window.kerasVit.live && window.kerasVit.live.frames >= 3", timeout=60_000)
+    assert page.get_attribute("#live-button", "aria-pressed") == "true"
+    assert len(page.query_selector_all("[data-testid=prediction]")) == 5
+    page.tap("#live-button")
+    assert page.evaluate("window.kerasVit.live") is None
+    assert page.get_attribute("#live-button", "aria-pressed") == "false"
+    assert page.is_hidden("#camera")
+
+
+def test_installable_and_usable_with_one_hand(page, app_url, app_folder):
+    manifest = json.loads((app_folder / "manifest.webmanifest").read_text())
+    assert manifest["display"] == "standalone" and manifest["start_url"] == "./"
+    for icon in manifest["icons"]:
+        with Image.open(app_folder / icon["src"]) as picture:
+            assert f"{picture.width}x{picture.height}" == icon["sizes"]
+    assert {"192x192", "512x512"} <= {icon["sizes"] for icon in manifest["icons"]}
+    assert page.evaluate("navigator.maxTouchPoints") > 0  # a touch phone
+    viewport = page.viewport_size
+    assert page.evaluate("document.documentElement.scrollWidth") <= viewport["width"]  # no sideways scroll
+    for selector in ("#take-photo", "#pick-photo", "#live-button"):
+        box = page.locator(selector).bounding_box()
+        assert box["height"] >= 48 and box["width"] >= 96  # thumb-sized
+        assert box["y"] > viewport["height"] * 0.75  # within a thumb's reach
+    assert page.get_attribute("#capture-input", "capture") == "environment"
+    assert page.get_attribute("#gallery-input", "accept") == "image/*"
+
+
+def test_everything_is_served_locally(page, app_folder):
+    hosts = page.evaluate("performance.getEntriesByType('resource').map(e => new URL(e.name).host)")
+    assert hosts and set(hosts) == {page.url.split("/")[2]}
+    text = "".join(p.read_text() for p in app_folder.glob("*.html")) + (app_folder / "app.js").read_text()
+    assert "cdn" not in text.lower() and "https://" not in text
+
+
+def test_the_page_resize_equals_tensorflow(tmp_path):
+    """preprocess.js alone, in node: the antialiased bilinear resize against tf.image.resize."""
+    if shutil.which("node") is None:
+        pytest.skip("node is not installed")
+    import tensorflow as tf
+
+    from keras_vit.apps.mobile.build import WEB
+
+    rng = np.random.default_rng(0)
+    for height, width, out_height, out_width in ((61, 77, 32, 32), (480, 640, 224, 224), (20, 13, 32, 48)):
+        rgba = rng.integers(0, 256, (height, width, 4), np.uint8)
+        rgba.tofile(tmp_path / "in.bin")
+        script = tmp_path / "resize.mjs"
+        script.write_text(
+            f"import {{resizeRgba}} from '{(WEB / 'preprocess.js').as_uri()}';\n"
+            "import fs from 'fs';\n"
+            f"const rgba = new Uint8Array(fs.readFileSync('{tmp_path / 'in.bin'}'));\n"
+            f"const out = resizeRgba(rgba, {width}, {height}, {out_width}, {out_height});\n"
+            f"fs.writeFileSync('{tmp_path / 'out.bin'}', Buffer.from(out.buffer));\n"
+        )
+        subprocess.run(["node", str(script)], check=True, capture_output=True)
+        page_resized = np.fromfile(tmp_path / "out.bin", np.float32).reshape(out_height, out_width, 3)
+        expected = tf.image.resize(
+            tf.cast(rgba[..., :3], tf.float32), (out_height, out_width), method="bilinear", antialias=True
+        ).numpy()
+        assert np.abs(page_resized - expected).max() < 5e-3
+
+
+def test_describe_model_refuses_what_the_app_cannot_run(tmp_path, export_folder):
+    from keras_vit.export import metadata, tflite
+    from keras_vit.export.classifier import load_classifier
+
+    with pytest.raises(FileNotFoundError, match="Model not found"):
+        describe_model(tmp_path / "nowhere.tflite")
+    text_file = tmp_path / "notes.tflite"
+    text_file.write_text("not a model")
+    with pytest.raises(ValueError, match="not a TFLite model"):
+        describe_model(text_file)
+    classifier = load_classifier(export_folder["source"])
+    bare = tmp_path / "bare.tflite"
+    bare.write_bytes(tflite.convert(classifier, "fp32"))
+    with pytest.raises(ValueError, match="has no metadata"):
+        describe_model(bare)
+    dynamic = tmp_path / "dynamic.tflite"  # batch -1, as model.export(format="litert") writes
+    dynamic.write_bytes(metadata.add_metadata(_dynamic_batch_tflite(classifier, tmp_path), classifier))
+    with pytest.raises(ValueError, match=r"static \[1, height, width, 3\]"):
+        describe_model(dynamic)
+
+
+def _dynamic_batch_tflite(classifier, tmp_path):
+    import keras
+    import tensorflow as tf
+
+    archive = keras.export.ExportArchive()
+    archive.track(classifier.model)
+    spec = tf.TensorSpec([None, 32, 32, 3], tf.float32, name="images")
+    archive.add_endpoint("serving_default", lambda x: {"probabilities": classifier.probabilities(x)}, [spec])
+    archive.write_out(str(tmp_path / "dynamic_saved_model"), verbose=False)
+    return tf.lite.TFLiteConverter.from_saved_model(str(tmp_path / "dynamic_saved_model")).convert()
+
+
+def test_build_replaces_its_own_output_but_never_a_users_folder(model_path, tmp_path):
+    folder = build_app(model_path, tmp_path / "app")
+    first = (folder / "sw.js").read_text()
+    assert build_app(model_path, tmp_path / "app") == folder and (folder / "sw.js").read_text() == first
+    precache = json.loads(first.split("const PRECACHE = ", 1)[1].split(";\n", 1)[0])
+    listed = {name for name in precache["files"] if name != "./"}
+    on_disk = {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()} - {"sw.js"}
+    assert listed == on_disk  # the cache holds every file the app has
+    documents = tmp_path / "documents"
+    documents.mkdir()
+    (documents / "thesis.txt").write_text("precious")
+    with pytest.raises(ValueError, match="not a mobile app build"):
+        build_app(model_path, documents)
+    assert (documents / "thesis.txt").read_text() == "precious"
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no staging folder left
+
+
+def test_cli_screenshot_and_clear_errors(model_path, test_images, tmp_path, phone):
+    command = [os.path.join(VENV_BIN, "keras-vit"), "app", "mobile", "--model"]
+    out = tmp_path / "phone.png"
+    done = subprocess.run(
+        [*command, model_path, "--screenshot", str(out), "--image", str(test_images[0])],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    with Image.open(out) as picture:
+        assert picture.width < picture.height  # a phone's portrait screen
+    for arguments, message in (
+        ([str(tmp_path / "nowhere.tflite")], "Model not found"),
+        ([model_path, "--build-only"], "--build-only needs --output"),
+        ([model_path, "--screenshot", str(out)], "--screenshot needs --image"),
+    ):
+        failed = subprocess.run([*command, *arguments], capture_output=True, text=True, timeout=300)
+        assert failed.returncode == 2 and message in failed.stderr
+        assert "Traceback" not in failed.stderr
