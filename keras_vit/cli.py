@@ -350,10 +350,14 @@ def build_parser():
     mobile.add_argument(
         "--build-only", action="store_true", help="write the app to --output and exit (for any static host)"
     )
-    mobile.add_argument("--certfile", help="TLS certificate (PEM): serve HTTPS, which phones need for the camera")
+    mobile.add_argument(
+        "--certfile", help="TLS certificate (PEM): serve HTTPS (phones need it for the camera)"
+    )
     mobile.add_argument("--keyfile", help="the certificate's private key (PEM), unless --certfile holds it")
     mobile.add_argument(
-        "--screenshot", metavar="OUT.png", help="classify --image in headless Chromium as a phone, save the screen"
+        "--screenshot",
+        metavar="OUT.png",
+        help="classify --image in headless Chromium as a phone; save the screen",
     )
     mobile.add_argument("--image", help="the picture for --screenshot")
     mobile.set_defaults(run=_app_mobile)
