@@ -331,3 +331,46 @@ def test_cli_screenshot_and_clear_errors(model_path, test_images, tmp_path, phon
         failed = subprocess.run([*command, *arguments], capture_output=True, text=True, timeout=300)
         assert failed.returncode == 2 and message in failed.stderr
         assert "Traceback" not in failed.stderr
+
+
+def test_server_types_https_and_clear_errors(app_folder, tmp_path):
+    import ssl
+    import urllib.request
+
+    httpd = _serve(app_folder)
+    try:
+        base = server.urls(httpd)[0]
+        wasm = base + "vendor/@litertjs/core/wasm/litert_wasm_internal.wasm"
+        with urllib.request.urlopen(wasm) as response:
+            assert response.headers["Content-Type"] == "application/wasm"  # instantiateStreaming needs it
+        with urllib.request.urlopen(base + "manifest.webmanifest") as response:
+            assert response.headers["Content-Type"] == "application/manifest+json"
+        with pytest.raises(ValueError, match="pass another --port"):
+            server.make_server(app_folder, "127.0.0.1", httpd.server_address[1])
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+    with pytest.raises(ValueError, match="Cannot use the certificate"):
+        server.make_server(app_folder, "127.0.0.1", 0, certfile=str(tmp_path / "missing.pem"))
+    if shutil.which("openssl") is None:
+        return
+    certificate, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost",
+         "-keyout", str(key), "-out", str(certificate)],
+        check=True,
+        capture_output=True,
+    )  # fmt: skip
+    httpd = server.make_server(app_folder, "127.0.0.1", 0, certfile=str(certificate), keyfile=str(key))
+    server.serve_in_background(httpd)
+    try:
+        url = server.urls(httpd)[0]
+        assert url.startswith("https://localhost:")
+        context = ssl.create_default_context(cafile=str(certificate))
+        with urllib.request.urlopen(url + "model.json", context=context) as response:
+            served = json.loads(response.read())
+        assert served["labels"] == describe_model(app_folder / "model.tflite")["labels"]
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
