@@ -209,6 +209,12 @@ def test_live_camera_classifies_frames_until_stopped(page):
 
 
 def test_installable_and_usable_with_one_hand(page, app_url, app_folder):
+    browser.wait_until_offline_ready(page)
+    devtools = page.context.new_cdp_session(page)
+    assert devtools.send("Page.getAppManifest")["errors"] == []
+    # Chromium's own install check; Playwright's contexts are incognito, which alone blocks it.
+    errors = devtools.send("Page.getInstallabilityErrors")["installabilityErrors"]
+    assert [e["errorId"] for e in errors if e["errorId"] != "in-incognito"] == []
     manifest = json.loads((app_folder / "manifest.webmanifest").read_text())
     assert manifest["display"] == "standalone" and manifest["start_url"] == "./"
     for icon in manifest["icons"]:
