@@ -375,6 +375,10 @@ def main(argv=None):
         # Bad input: one clear line, no traceback.
         print(f"keras-vit {args.command}: error: {error}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        # Ctrl+C (pressed twice, or during clean-up): a one-line goodbye, the shell's status for SIGINT.
+        print(f"keras-vit {args.command}: interrupted", file=sys.stderr)
+        return 130
     except BrokenPipeError:
         # `keras-vit models | head`: the reader left early, which is no error.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
