@@ -20,8 +20,81 @@ from keras_vit.pipeline import decode_image, resize
 
 TOP_K = 5
 LABELS_FILE = "labels.txt"
-# Magic numbers of the formats tf.io.decode_image reads.
+# Magic numbers of the formats tf.io.decode_image reads (WebP: "RIFF", a size, "WEBP").
 _SIGNATURES = (b"\xff\xd8\xff", b"\x89PNG", b"GIF8", b"BM")
+# The most pixels an image may declare: Pillow's decompression-bomb limit, the same rule as
+# keras_vit.images.load_image. Checked on the header, before anything is allocated.
+MAX_PIXELS = 89_478_485
+
+
+def _header(encoded, start, count):
+    padded = tf.strings.join([encoded, tf.constant(b"\0" * 32)])  # short files read as zeros
+    return tf.strings.substr(padded, start, count)
+
+
+def _header_bytes(encoded, start, count):
+    return tf.cast(tf.io.decode_raw(_header(encoded, start, count), tf.uint8), tf.int64)
+
+
+def _little_endian(values):
+    places = tf.range(tf.size(values, out_type=tf.int64))
+    return tf.reduce_sum(values * tf.pow(tf.constant(256, tf.int64), places))
+
+
+def _big_endian(values):
+    return _little_endian(tf.reverse(values, [0]))
+
+
+def _is_webp(encoded):
+    riff, webp = _header(encoded, 0, 4), _header(encoded, 8, 4)
+    return tf.logical_and(riff == b"RIFF", webp == b"WEBP")
+
+
+def _declared_size(encoded):
+    """(width, height) as the file's header states them, read without decoding the image."""
+
+    def png():
+        b = _header_bytes(encoded, 16, 8)
+        return _big_endian(b[:4]), _big_endian(b[4:])
+
+    def gif():
+        b = _header_bytes(encoded, 6, 4)
+        return _little_endian(b[:2]), _little_endian(b[2:])
+
+    def bmp():
+        b = _header_bytes(encoded, 18, 8)
+        height = _little_endian(b[4:])
+        return _little_endian(b[:4]), tf.where(height >= 2**31, 2**32 - height, height)  # top-down: negative
+
+    def jpeg():
+        shape = tf.cast(tf.image.extract_jpeg_shape(encoded), tf.int64)
+        return shape[1], shape[0]
+
+    def webp():
+        chunk = _header(encoded, 12, 4)
+        extended = _header_bytes(encoded, 24, 6)  # VP8X: 24-bit width - 1, height - 1
+        extended_size = (_little_endian(extended[:3]) + 1, _little_endian(extended[3:]) + 1)
+        lossless = _little_endian(_header_bytes(encoded, 21, 4))  # VP8L: 14-bit fields
+        lossy = _header_bytes(encoded, 26, 4)  # VP8: 14-bit width and height
+        return tf.case(
+            [
+                (chunk == b"VP8X", lambda: extended_size),
+                (chunk == b"VP8L", lambda: ((lossless % 2**14) + 1, (lossless // 2**14) % 2**14 + 1)),
+            ],
+            default=lambda: (_little_endian(lossy[:2]) % 2**14, _little_endian(lossy[2:]) % 2**14),
+        )
+
+    starts = lambda magic: tf.strings.substr(encoded, 0, len(magic)) == magic  # noqa: E731
+    return tf.case(
+        [
+            (starts(b"\x89PNG"), png),
+            (starts(b"GIF8"), gif),
+            (starts(b"BM"), bmp),
+            (starts(b"\xff\xd8\xff"), jpeg),
+            (_is_webp(encoded), webp),
+        ],
+        default=lambda: (tf.constant(0, tf.int64), tf.constant(0, tf.int64)),
+    )
 
 
 def _classify_images(classifier, images):
@@ -43,12 +116,21 @@ def _decode_batch(classifier, image_bytes):
     def decode(item):
         encoded, index = item
         known = tf.reduce_any([tf.strings.substr(encoded, 0, len(m)) == m for m in _SIGNATURES])
+        known = tf.logical_or(known, _is_webp(encoded))
         message = tf.strings.format(
-            "image_bytes[{}] is not a JPEG, PNG, GIF or BMP image: send the file's bytes "
+            "image_bytes[{}] is not a JPEG, PNG, GIF, BMP or WebP image: send the file's bytes "
             '(base64 in REST: {"b64": "..."}).',
             index,
         )
         with tf.control_dependencies([tf.debugging.Assert(known, [message])]):
+            image_width, image_height = _declared_size(encoded)
+        too_large = tf.strings.format(
+            "image_bytes[{}] declares {} x {} pixels, more than the {} this server decodes: "
+            "send a smaller image.",
+            (index, image_width, image_height, MAX_PIXELS),
+        )
+        small_enough = image_width * image_height <= MAX_PIXELS
+        with tf.control_dependencies([tf.debugging.Assert(small_enough, [too_large])]):
             image = decode_image(encoded, channels=channels)
         image = resize(image, (height, width))
         return tf.ensure_shape(image, (height, width, channels))

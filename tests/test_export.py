@@ -168,7 +168,7 @@ try:
     serve(image_bytes=tf.constant([images[0], b"not an image at all"]))
     print("no error")
 except tf.errors.InvalidArgumentError as error:
-    print("error:", "image_bytes[1] is not a JPEG, PNG, GIF or BMP image" in str(error))
+    print("error:", "image_bytes[1] is not a JPEG, PNG, GIF, BMP or WebP image" in str(error))
 out = serve(image_bytes=tf.constant(images[:1]))
 print(json.dumps([c.decode() for c in out["top_k_classes"].numpy()[:, 0]]))
 """
