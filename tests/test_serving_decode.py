@@ -68,13 +68,16 @@ def test_a_top_down_bmp_declares_a_positive_height():
     assert [int(v) for v in _declared_size(tf.constant(bytes(encoded)))] == [37, 23]
 
 
-def test_a_decompression_bomb_is_refused_before_decoding():
+@pytest.mark.parametrize("graph", [False, True], ids=["eager", "graph"])
+def test_a_decompression_bomb_is_refused_before_decoding(graph):
+    decode = lambda batch: _decode_batch(CLASSIFIER, batch)  # noqa: E731
+    decode = tf.function(decode) if graph else decode  # a SavedModel signature runs as a graph
     bomb = _png_header(60_000, 60_000)  # 3.6 billion pixels declared in 100 bytes
-    with pytest.raises(
-        tf.errors.InvalidArgumentError, match=r"image_bytes\[1\] declares 60000 x 60000 pixels"
-    ):
-        _decode_batch(CLASSIFIER, tf.constant([_encode(RGB, "PNG"), bomb]))
+    message = r"image_bytes\[1\] declares 60000 x 60000 pixels"
+    with pytest.raises(tf.errors.InvalidArgumentError, match=message):
+        decode(tf.constant([_encode(RGB, "PNG"), bomb]))
     assert 60_000 * 60_000 > MAX_PIXELS
+    assert decode(tf.constant([_encode(RGBA, "WEBP"), _encode(RGB, "JPEG")])).shape == (2, 32, 32, 3)
 
 
 @pytest.mark.parametrize("encoded", [b"", b"\x89PNG", b"GIF8", b"BM", b"RIFF\0\0\0\0WEBP"])
