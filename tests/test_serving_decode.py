@@ -84,3 +84,44 @@ def test_a_decompression_bomb_is_refused_before_decoding(graph):
 def test_short_headers_give_an_error_not_a_crash(encoded):
     with pytest.raises(tf.errors.InvalidArgumentError):
         _decode_batch(CLASSIFIER, tf.constant([encoded]))
+
+
+@pytest.mark.parametrize("orientation", range(1, 9))
+@pytest.mark.parametrize("graph", [False, True], ids=["eager", "graph"])
+def test_exif_orientation_is_applied_as_pillow_does(orientation, graph):
+    from keras_vit.export.serving import _decode_upright
+    from keras_vit.images import load_image
+
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    encoded = _encode(RGB, "JPEG", quality=95, exif=exif)
+    decode = lambda data: _decode_upright(data, 3)  # noqa: E731
+    decode = tf.function(decode) if graph else decode
+    upright = decode(tf.constant(encoded)).numpy()
+    expected = load_image(encoded)  # Pillow: ImageOps.exif_transpose
+    assert upright.shape == expected.shape
+    assert np.abs(upright.astype(int) - expected).mean() < 1.0  # both decode with the accurate DCT
+    if orientation != 1:  # and the comparison can tell orientations apart
+        unturned = decode(tf.constant(_encode(RGB, "JPEG", quality=95))).numpy()
+        assert unturned.shape != expected.shape or np.abs(unturned.astype(int) - expected).mean() > 20
+
+
+def test_transparent_pixels_are_white_as_in_the_apps():
+    from keras_vit.export.serving import _decode_upright
+    from keras_vit.images import load_image
+
+    rgba = np.asarray(RGBA).copy()
+    rgba[..., 3] = np.linspace(0, 255, rgba.shape[1], dtype=np.uint8)
+    for format in ("PNG", "WEBP", "BMP"):
+        options = {"lossless": True} if format == "WEBP" else {}
+        encoded = _encode(Image.fromarray(rgba), format, **options)
+        decoded = _decode_upright(tf.constant(encoded), 3).numpy().astype(int)
+        assert np.abs(decoded - load_image(encoded)).max() <= 1, format
+
+
+@pytest.mark.parametrize("format", ["JPEG", "PNG"])
+def test_a_truncated_file_is_named_by_its_index(format):
+    encoded = _encode(RGB, format)
+    truncated = encoded[: len(encoded) * 2 // 3]
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"image_bytes\[1\] is truncated"):
+        _decode_batch(CLASSIFIER, tf.constant([encoded, truncated]))
