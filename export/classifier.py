@@ -7,6 +7,7 @@ nowhere else, so SavedModel, TFLite and ONNX take the same input: RGB pixels in
 """
 
 import dataclasses
+import os
 import re
 
 import keras
@@ -53,11 +54,12 @@ def load_classifier(source, name=None):
     from keras_vit.evaluate import load_trained_model
 
     model = source if isinstance(source, keras.Model) else load_trained_model(source)
+    which = "This model" if isinstance(source, keras.Model) else os.fspath(source)
     shape = model.input_shape
     if not isinstance(shape, tuple) or len(shape) != 4 or None in shape[1:]:
         raise ValueError(
-            f"Export needs one image input of a fixed size, (batch, height, width, channels); "
-            f"this model takes {shape}."
+            f"{which} is not an image classifier keras-vit can run: it needs one image input of a "
+            f"fixed size, (batch, height, width, channels), and takes {shape}."
         )
     if (
         len(model.outputs) != 1
@@ -65,8 +67,8 @@ def load_classifier(source, name=None):
         or getattr(model, "include_top", True) is False
     ):
         raise ValueError(
-            f"Export needs a classifier with one (batch, classes) output; this model returns "
-            f"{model.output_shape}. Export a model with its head (include_top=True)."
+            f"{which} is not a classifier: keras-vit needs one (batch, classes) output, and it "
+            f"returns {model.output_shape}. Use a model with its head (include_top=True)."
         )
     num_classes = model.output_shape[-1]
     class_names = getattr(model, "class_names", None) or [str(i) for i in range(num_classes)]

@@ -18,6 +18,7 @@ hand the model raw pixels.
 """
 
 import io
+import struct
 import zipfile
 
 import flatbuffers
@@ -158,6 +159,16 @@ def read_metadata(flatbuffer):
     Raises:
         ValueError: the model has no metadata or no label file.
     """
+    try:
+        return _read_metadata(flatbuffer)
+    except (struct.error, IndexError, UnicodeDecodeError, AttributeError, TypeError):
+        # flatbuffers reads offsets blindly: a cut-off or foreign file fails deep inside it.
+        raise ValueError(
+            "This .tflite is damaged or truncated (it ends before its tables do); export it again."
+        ) from None
+
+
+def _read_metadata(flatbuffer):
     fb, schema = _schemas()
     model = schema.Model.GetRootAs(flatbuffer, 0)
     for i in range(model.MetadataLength()):

@@ -109,7 +109,10 @@ class TFLiteRunner(Runner):
             flatbuffer = f.read()
         if flatbuffer[4:8] != b"TFL3":
             raise ValueError(f"{path} is not a TFLite model (no TFL3 identifier); re-export it.")
-        self.metadata = read_metadata(flatbuffer)
+        try:
+            self.metadata = read_metadata(flatbuffer)
+        except ValueError as error:
+            raise ValueError(f"{path}: {error}") from None
         self.class_names = self.metadata["labels"]
         self.interpreter = Interpreter(model_content=flatbuffer, num_threads=num_threads)
         self.interpreter.allocate_tensors()

@@ -5,6 +5,7 @@ call), the TF Serving signature (`serving_default`, one request per image), the 
 inference and the mobile app in Chromium. The results are written to docs/reliability.md.
 """
 
+import dataclasses
 import io
 import os
 import re
@@ -12,6 +13,7 @@ import struct
 import subprocess
 import sys
 import zlib
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -22,6 +24,8 @@ from keras_vit.files import atomic_write
 VENV_BIN = os.path.dirname(sys.executable)
 REPORT = os.path.join(os.path.dirname(__file__), os.pardir, "docs", "reliability.md")
 SURFACES = ("Python API", "CLI", "TF Serving", "Desktop app", "Mobile app")
+MODEL_SURFACES = ("Python API", "CLI", "Desktop app", "Mobile app")
+SETTINGS_SURFACES = ("Python API", "CLI")
 NOT_APPLICABLE = "n/a"
 
 
@@ -114,52 +118,165 @@ def _readable(message, folder):
 
 
 @pytest.fixture(scope="module")
-def report(inputs):
-    """Collects each surface's result per input; written to docs/reliability.md at the end."""
-    results = {}
+def model_inputs(export_folder, tmp_path_factory):
+    """Model files that are not keras-vit models, or not whole ones."""
+    import keras
+
+    from keras_vit.export import tflite
+    from keras_vit.export.classifier import load_classifier
+
+    folder = tmp_path_factory.mktemp("models")
+    inputs = []
+
+    def add(name, description, write=None):
+        path = folder / name
+        if write is not None:
+            write(path)
+        inputs.append((name, path, description, False))
+
+    good = (Path(export_folder["folder"]) / "model.tflite").read_bytes()
+    add(
+        "truncated.tflite",
+        "truncated .tflite (first 60%)",
+        lambda p: p.write_bytes(good[: len(good) * 3 // 5]),
+    )
+    bare = tflite.convert(load_classifier(export_folder["source"]), "fp32")
+    add(
+        "foreign.tflite",
+        "foreign .tflite (a model without keras-vit metadata)",
+        lambda p: p.write_bytes(bare),
+    )
+    add("notes.tflite", "text file named .tflite", lambda p: p.write_text("not a model"))
+
+    @keras.saving.register_keras_serializable(package="OtherProject")
+    class Shift(keras.layers.Layer):
+        def call(self, x):
+            return x + 1.0
+
+    other = keras.Sequential(
+        [keras.Input((32, 32, 3)), Shift(), keras.layers.Flatten(), keras.layers.Dense(3)]
+    )
+    add("other_project.keras", ".keras from another project (a custom layer)", lambda p: other.save(p))
+    keras.saving.get_custom_objects().pop("OtherProject>Shift")  # as in a process without that project
+    code = keras.Sequential(
+        [
+            keras.Input((32, 32, 3)),
+            keras.layers.Lambda(lambda x: x * 2.0),
+            keras.layers.Flatten(),
+            keras.layers.Dense(3),
+        ]
+    )
+    add("lambda_layer.keras", ".keras with a Lambda layer (Python code)", lambda p: code.save(p))
+    tabular = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2, activation="softmax")])
+    add("tabular.keras", ".keras of a model that takes no image", lambda p: tabular.save(p))
+    add("damaged.keras", "damaged .keras (first 5 KB)", lambda p: p.write_bytes(good[:5000]))
+    add("missing.tflite", "missing model path")
+    return inputs
+
+
+@pytest.fixture(scope="module")
+def settings_inputs(tmp_path_factory):
+    """Settings and datasets that cannot train: (name, CLI arguments, description)."""
+    folder = tmp_path_factory.mktemp("settings")
+    picture = folder / "a.png"
+    _picture(32, 32).save(picture)
+    for layout in ("empty_class/cat", "empty_class/dog", "one_class/cat"):
+        (folder / layout).mkdir(parents=True)
+    for cls in ("empty_class/cat", "one_class/cat"):
+        for i in range(3):
+            _picture(32, 32, seed=i).save(folder / cls / f"{i}.png")
+    out = str(folder / "run")
+    return [
+        ("unknown_config", ["--model", "vit_hyuge_patch16_224", "--output", out], "unknown config name"),
+        (
+            "image_size_30",
+            ["--image-size", "30", "--output", out],
+            "image size not divisible by the patch (30, patch 4)",
+        ),
+        (
+            "heads",
+            ["--override", "num_heads=5", "--output", out],
+            "heads that do not divide the width (5 heads)",
+        ),  # fmt: skip
+        ("negative_lr", ["--learning-rate", "-0.001", "--output", out], "negative learning rate"),
+        (
+            "empty_class",
+            ["--dataset", str(folder / "empty_class"), "--output", out],
+            "dataset folder with an empty class",
+        ),
+        (
+            "one_class",
+            ["--dataset", str(folder / "one_class"), "--output", out],
+            "dataset folder with a single class",
+        ),
+    ]
+
+
+@pytest.fixture(scope="module")
+def report(inputs, model_inputs, settings_inputs):
+    """Collects each surface's results per table; written to docs/reliability.md at the end."""
+    results = {"images": {}, "models": {}, "settings": {}}
     yield results
-    if set(results) == set(SURFACES):  # only a complete run rewrites the document
-        atomic_write(REPORT, lambda temporary: _write_report(temporary, inputs, results))
+    complete = (
+        set(results["images"]) == set(SURFACES)
+        and set(results["models"]) == set(MODEL_SURFACES)
+        and set(results["settings"]) == set(SETTINGS_SURFACES)
+    )
+    if complete:  # only a complete run rewrites the document
+        settings_rows = [(name, None, description, False) for name, _, description in settings_inputs]
+        tables = [
+            ("Images", SURFACES, inputs, results["images"]),
+            ("Model files", MODEL_SURFACES, model_inputs, results["models"]),
+            ("Training settings and datasets", SETTINGS_SURFACES, settings_rows, results["settings"]),
+        ]
+        atomic_write(REPORT, lambda temporary: _write_report(temporary, tables))
 
 
 def _cell(value):
     return value.replace("|", "\\|").replace("\n", " ").replace('\\"', '"').replace("\\'", "'")
 
 
-def _write_report(path, inputs, results):
+def _write_report(path, tables):
     lines = [
-        "# Reliability: every image input on every surface",
+        "# Reliability: every input on every surface",
         "",
-        "Generated by `tests/test_reliability.py` (do not edit by hand): each image input from",
-        "issue 8's lists, given to each surface that takes images. ✓ is a prediction (the top-1 class",
-        "of the suite's one-epoch tiny model, so the classes themselves mean little); ✗ is the",
-        "message the user sees, which names the input. The tests assert that every input in the",
-        "first group is classified and every one in the second gets its message, with no",
-        "traceback and no hang; in the CLI and the apps the other images of the same call are",
-        "still classified.",
+        "Generated by `tests/test_reliability.py` (do not edit by hand). ✓ is a prediction (the",
+        "top-1 class of the suite's one-epoch tiny model, so the classes themselves mean little);",
+        "✗ is the message the user sees, which names the input. The tests assert that every input",
+        "marked *must work* is classified and every other one gets its message, with no traceback",
+        "and no hang; in the CLI and the apps the other images of the same call are still",
+        "classified, and the CLI exits with status 1 (some images failed) or 2 (bad arguments).",
         "",
-        "Surfaces: Python API `keras_vit.predict.predict_files`; CLI `keras-vit predict MODEL",
-        "IMAGES...` (all inputs in one call, exit status 1 when any failed); TF Serving: the",
-        "SavedModel's `serving_default` signature, one request per image (an error is that",
-        "request's INVALID_ARGUMENT, whose text starts with TensorFlow's function name, left out",
-        "here); the desktop app's inference (`LoadedModel.classify_file`,",
-        "whose message the window shows in its banner); the mobile app in headless Chromium as a",
-        "phone (a picked file; paths and folders cannot be picked, so n/a).",
-        "",
-        "| input | " + " | ".join(SURFACES) + " |",
-        "|---" * (len(SURFACES) + 1) + "|",
+        "Surfaces: Python API `keras_vit.predict.predict_files`, `keras_vit.export.runtimes.open_model`",
+        "and `keras_vit.train.train`; CLI `keras-vit predict` (all images in one call) and `keras-vit",
+        "train`; TF Serving: the SavedModel's `serving_default` signature, one request per image (an",
+        "error is that request's INVALID_ARGUMENT, whose text starts with TensorFlow's function name,",
+        "left out here); the desktop app (`LoadedModel`, whose messages the window shows in its",
+        "banner); the mobile app: images picked in headless Chromium as a phone (paths and folders",
+        "cannot be picked, so n/a), models given to `keras-vit app mobile`.",
     ]
-    for must_work in (True, False):
-        lines.append(f"| **{'must work' if must_work else 'must fail cleanly'}** |" + " |" * len(SURFACES))
-        for name, _, description, works in inputs:
-            if works == must_work:
-                cells = [_cell(results[surface][name]) for surface in SURFACES]
-                lines.append(f"| {description} (`{name}`) | " + " | ".join(cells) + " |")
+    for title, surfaces, rows, results in tables:
+        lines += [
+            "",
+            f"## {title}",
+            "",
+            "| input | " + " | ".join(surfaces) + " |",
+            "|---" * (len(surfaces) + 1) + "|",
+        ]
+        groups = (True, False) if any(works for *_, works in rows) else (False,)
+        for must_work in groups:
+            if len(groups) > 1:
+                label = "must work" if must_work else "must fail cleanly"
+                lines.append(f"| **{label}** |" + " |" * len(surfaces))
+            for name, _, description, works in rows:
+                if works == must_work:
+                    cells = [_cell(results[surface][name]) for surface in surfaces]
+                    lines.append(f"| {description} (`{name}`) | " + " | ".join(cells) + " |")
     with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")
 
 
-def _check(surface, inputs, outcome, report):
+def _check(surface, inputs, outcome, report, table="images"):
     """`outcome(name, path)` -> ("ok", class) or ("error", message) or None (n/a)."""
     results = {}
     for name, path, _, must_work in inputs:
@@ -169,14 +286,14 @@ def _check(surface, inputs, outcome, report):
             continue
         kind, text = result
         assert "Traceback" not in text, (surface, name, text)
-        text = _readable(text, path.parent)
+        text = _readable(text, path.parent) if path is not None else text
         if must_work:
             assert kind == "ok", (surface, name, text)
             results[name] = f"✓ {text}"
         else:
             assert kind == "error", (surface, name, text)
             results[name] = f"✗ {text}"
-    report[surface] = results
+    report[table][surface] = results
     return results
 
 
@@ -302,3 +419,66 @@ def test_mobile_app(export_folder, inputs, report, tmp_path):
     finally:
         httpd.shutdown()
         httpd.server_close()
+
+
+def test_model_files_on_every_surface(model_inputs, report, image_folder, capsys, tmp_path):
+    from keras_vit.apps.desktop.inference import LoadedModel
+    from keras_vit.apps.mobile.build import describe_model
+    from keras_vit.cli import main
+    from keras_vit.export.runtimes import open_model
+
+    image = str(sorted(image_folder.glob("*.png"))[0])
+
+    def raised(load):
+        def outcome(name, path):
+            try:
+                load(path)
+            except (FileNotFoundError, ValueError) as error:
+                assert name in str(error)
+                return "error", str(error)
+            return "ok", "loaded"
+
+        return outcome
+
+    def cli(name, path):
+        status = main(["predict", str(path), image])
+        error = capsys.readouterr().err.strip()
+        assert status == 2 and len(error.splitlines()) == 1 and name in error
+        return "error", error.removeprefix("keras-vit predict: error: ")
+
+    _check("Python API", model_inputs, raised(open_model), report, "models")
+    _check("CLI", model_inputs, cli, report, "models")
+    _check("Desktop app", model_inputs, raised(LoadedModel.open), report, "models")
+    _check("Mobile app", model_inputs, raised(describe_model), report, "models")
+
+
+def test_training_settings_and_datasets(settings_inputs, report, capsys):
+    from keras_vit.cli import _parse_override, build_parser, main
+    from keras_vit.train import TrainConfig, train
+
+    by_name = {name: arguments for name, arguments, _ in settings_inputs}
+    rows = [(name, None, description, False) for name, _, description in settings_inputs]
+    arguments = settings_inputs[0][1]
+    folder = f"{Path(arguments[arguments.index('--output') + 1]).parent}{os.sep}"  # left out of the document
+
+    def cli(name, path):
+        status = main(["train", "--epochs", "1", *by_name[name]])
+        error = capsys.readouterr().err.strip()
+        assert status == 2 and len(error.splitlines()) == 1, error
+        return "error", error.removeprefix("keras-vit train: error: ").replace(folder, "")
+
+    def python_api(name, path):
+        # The same settings as keyword arguments of TrainConfig, as a Python user writes them.
+        arguments = vars(build_parser().parse_args(["train", *by_name[name]]))
+        fields = {f.name for f in dataclasses.fields(TrainConfig)}
+        values = {k: v for k, v in arguments.items() if k in fields and v is not None}
+        values["overrides"] = dict(_parse_override(item) for item in arguments["override"] or [])
+        config = TrainConfig(**{**values, "epochs": 1})
+        try:
+            train(config)
+        except ValueError as error:
+            return "error", str(error).replace(folder, "")
+        return "ok", "trained"
+
+    _check("CLI", rows, cli, report, "settings")
+    _check("Python API", rows, python_api, report, "settings")

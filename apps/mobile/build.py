@@ -92,12 +92,19 @@ def describe_model(path):
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"Model not found: {path} (pass the .tflite that `keras-vit export` wrote).")
+    if path.suffix == ".keras":
+        raise ValueError(
+            f"{path} is a Keras model; the phone runs a .tflite: export it first (`keras-vit export`)."
+        )
     flatbuffer = path.read_bytes()
     if flatbuffer[4:8] != b"TFL3":
         raise ValueError(
             f"{path} is not a TFLite model (no TFL3 identifier); pass a .tflite from `keras-vit export`."
         )
-    metadata = read_metadata(flatbuffer)
+    try:
+        metadata = read_metadata(flatbuffer)
+    except ValueError as error:
+        raise ValueError(f"{path}: {error}") from None
     try:
         interpreter = Interpreter(model_content=flatbuffer)
         interpreter.allocate_tensors()
