@@ -172,6 +172,63 @@ def test_a_run_killed_mid_epoch_resumes_to_the_same_number_of_steps(colors_datas
     assert len(summary["history"]["loss"]) == 12  # every epoch once, in the merged log
 
 
+def test_killed_again_and_again_at_random_points_it_ends_like_an_uninterrupted_run(colors_dataset, tmp_path):
+    import random
+    import zipfile
+
+    def command(output):
+        return _cli(
+            "--dataset", colors_dataset, "--output", str(output), "--epochs", "6", "--batch-size", "8",
+            "--validation-split", "0.25", "--backup-every-steps", "1", "--no-jit-compile", "--seed", "3",
+            *[f"--override={k}={v}" for k, v in TINY_MODEL.items()],
+        )  # fmt: skip
+
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    reference = subprocess.run(
+        command(tmp_path / "whole"), env=env, capture_output=True, text=True, timeout=300
+    )
+    assert reference.returncode == 0, reference.stderr[-2000:]
+    expected = json.loads((tmp_path / "whole" / "history.json").read_text())
+
+    output = tmp_path / "killed"
+    picker = random.Random(0)
+    kills = 0
+    for _ in range(4):
+        process = subprocess.Popen(
+            command(output), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        # A random moment after training has started (its log exists): mid-step, mid-backup, mid-epoch.
+        deadline = time.time() + 120
+        while process.poll() is None and not (output / "log.csv").exists() and time.time() < deadline:
+            time.sleep(0.05)
+        time.sleep(picker.uniform(0.0, 3.0))
+        if process.poll() is None:
+            process.send_signal(signal.SIGKILL)
+            kills += 1
+        process.wait()
+        # Nothing half-written under a final name: every .keras that exists is a whole zip.
+        for path in output.rglob("*.keras"):
+            assert zipfile.is_zipfile(path) and not zipfile.ZipFile(path).testzip(), path
+        assert not (output / "history.json").exists() or process.returncode == 0
+    assert kills >= 2, "the runs ended before they could be killed"
+
+    result = subprocess.run(command(output), env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    summary = json.loads((output / "history.json").read_text())
+    assert summary["steps"] == summary["optimizer_steps"] == expected["steps"] == 6 * (54 // 8)
+    assert len(summary["history"]["loss"]) == 6
+    # Deterministic: the weights, the optimizer, the step and the per-step random streams are
+    # restored, so every epoch's metrics equal the uninterrupted run's.
+    for metric in ("loss", "val_loss", "val_accuracy"):
+        print(
+            f"{metric} after {kills} kills:",
+            summary["history"][metric],
+            "uninterrupted:",
+            expected["history"][metric],
+        )
+        np.testing.assert_allclose(summary["history"][metric], expected["history"][metric], rtol=0, atol=1e-5)
+
+
 LOGICAL_CPUS = """
 import json, sys
 import tensorflow as tf
