@@ -38,7 +38,13 @@ def parse_quantize(value):
     """`"all"`, `"none"` or a comma list such as `"fp16,dynamic"` -> quantized TFLite variants."""
     if value == "none":
         return ()
-    return _parse_list(value, QUANTIZATIONS, "--quantize")
+    try:
+        return _parse_list(value, QUANTIZATIONS, "--quantize")
+    except ValueError:
+        raise ValueError(
+            f"--quantize takes all, none (fp32 only: it is always written) or a comma list of "
+            f"{', '.join(QUANTIZATIONS)}; got {value!r}."
+        ) from None
 
 
 def _parse_list(value, choices, flag):
@@ -71,6 +77,20 @@ def run_settings(source):
     with open(history) as f:
         config = json.load(f).get("config", {})
     return {k: config[k] for k in ("dataset", "validation_split", "seed") if k in config}
+
+
+def _remove_abandoned_staging(home):
+    """Deletes the staging folders of exports that were killed (their process is gone)."""
+    for entry in os.listdir(home):
+        match = re.fullmatch(r"\.partial-\d+-(\d+)-.*", entry)
+        if not match:
+            continue
+        try:
+            os.kill(int(match.group(1)), 0)
+        except ProcessLookupError:
+            shutil.rmtree(os.path.join(home, entry), ignore_errors=True)
+        except PermissionError:
+            pass  # another user's live process
 
 
 def recommended_variant(results):
@@ -144,8 +164,10 @@ def export_model(
 
     home = os.path.join(os.fspath(output), classifier.name)
     os.makedirs(home, exist_ok=True)
+    _remove_abandoned_staging(home)
     version = next_version(home)
-    staging = tempfile.mkdtemp(prefix=f".partial-{version}-", dir=home)
+    # Not a number, so TF Serving never loads it; the pid tells a later export it was abandoned.
+    staging = tempfile.mkdtemp(prefix=f".partial-{version}-{os.getpid()}-", dir=home)
     try:
         files_dir = os.path.join(staging, "files")
         os.makedirs(files_dir)

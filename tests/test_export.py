@@ -298,3 +298,46 @@ def test_bad_export_requests_are_clear_errors(tiny_model_file, tmp_path, capsys)
     assert main(["predict", str(broken), str(broken)]) == 2
     assert "not a TFLite model" in capsys.readouterr().err
     assert not os.path.exists(output) or not [e for e in os.listdir(output) if not e.startswith(".")]
+
+
+def test_an_export_killed_at_any_point_leaves_no_version_tf_serving_would_load(tiny_model_file, tmp_path):
+    """TF Serving loads every numeric folder: each one must always be a whole SavedModel."""
+    import random
+    import signal
+    import time
+
+    output = tmp_path / "exports"
+    command = [
+        sys.executable, "-m", "keras_vit", "export", tiny_model_file, "--output", str(output),
+        "--format", "saved_model,tflite", "--quantize", "none", "--no-verify",
+    ]  # fmt: skip
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    picker = random.Random(1)
+    home = output / "tiny_vit"
+
+    def check_versions():
+        for entry in home.iterdir() if home.exists() else []:
+            if entry.name.isdigit():
+                assert (entry / "saved_model.pb").is_file() and (
+                    entry / "variables" / "variables.index"
+                ).is_file()
+                assert "serving_default" in tf.saved_model.load(str(entry)).signatures
+            else:
+                assert entry.name.startswith((".partial-", "export-")), entry.name
+
+    kills = 0
+    for _ in range(3):
+        process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(picker.uniform(4.0, 14.0))  # from TensorFlow's import to the last rename
+        if process.poll() is None:
+            process.send_signal(signal.SIGKILL)
+            kills += 1
+        process.wait()
+        check_versions()
+    assert kills >= 1, "every export finished before it could be killed"
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    check_versions()
+    assert not [e for e in home.iterdir() if e.name.startswith(".partial-")]  # killed exports' staging: gone
+    newest = max(int(e.name) for e in home.iterdir() if e.name.isdigit())
+    assert (home / f"export-{newest}" / "model.tflite").is_file()
