@@ -122,13 +122,40 @@ def make_strategy(name):
         return tf.distribute.MirroredStrategy() if len(gpus) > 1 else tf.distribute.get_strategy()
     if name == "mirrored":
         return tf.distribute.MirroredStrategy()
-    if name == "multi-worker":
-        if "TF_CONFIG" not in os.environ:
-            raise ValueError(
-                "--strategy multi-worker needs TF_CONFIG describing the cluster and this worker."
-            )
-        return tf.distribute.MultiWorkerMirroredStrategy()
     return tf.distribute.OneDeviceStrategy("/gpu:0" if gpus else "/cpu:0")
+
+
+def _fit_under_multi_worker(model, strategy, sample_batch):
+    """Mends two places where Keras 3's `fit` breaks under MultiWorkerMirroredStrategy
+    (tensorflow/tensorflow#72388), for this model and process only:
+
+    - `_maybe_symbolic_build` reduces a distributed batch with `strategy.reduce`, which the
+      collective strategy cannot do eagerly: the model is built here from one local batch.
+    - `reduce_per_replica` averages every log over axis 0, and logs are scalars: scalars
+      are averaged over the workers with no axis.
+    """
+    from keras.src.backend.tensorflow import trainer as tensorflow_trainer
+
+    with strategy.scope():
+        model._symbolic_build(data_batch=sample_batch)
+    model._maybe_symbolic_build = lambda iterator=None, data_batch=None: None
+
+    reduce_per_replica = tensorflow_trainer.reduce_per_replica
+    if getattr(reduce_per_replica, "mends_scalars", False):
+        return
+
+    def reduce_scalars_without_axis(values, strategy, reduction):
+        if reduction in ("auto", "mean") and tensorflow_trainer._collective_all_reduce_multi_worker(strategy):
+
+            def reduce(value):
+                rank = (value.values[0] if hasattr(value, "values") else value).shape.rank
+                return strategy.reduce("MEAN", value, axis=0 if rank else None)
+
+            return keras.tree.map_structure(reduce, values)
+        return reduce_per_replica(values, strategy, reduction)
+
+    reduce_scalars_without_axis.mends_scalars = True
+    tensorflow_trainer.reduce_per_replica = reduce_scalars_without_axis
 
 
 def _is_chief():
@@ -368,6 +395,8 @@ def train(config):
         config.epochs,
         steps_per_epoch,
     )
+    if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        _fit_under_multi_worker(model, strategy, next(iter(train_data)))
     fit = model.fit(
         train_data.repeat() if config.steps_per_epoch else train_data,
         validation_data=val_data,

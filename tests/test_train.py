@@ -291,13 +291,6 @@ def _free_ports(count):
     return ports
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Keras 3.15's fit() under MultiWorkerMirroredStrategy fails: first Trainer._maybe_symbolic_build "
-    "reduces a batch eagerly ('Attempt to convert a value (PerReplica...) to a Tensor'); with that worked "
-    "around, reduce_per_replica fails ('Invalid reduction dimension 0 for input with 0 dimensions'). "
-    "Strict: this test fails loudly once Keras fixes it, so the marker gets removed.",
-)
 def test_multi_worker_training_ends_with_the_same_weights_on_both_workers(colors_dataset, tmp_path):
     workers = [f"127.0.0.1:{port}" for port in _free_ports(2)]
     processes = []
@@ -324,6 +317,10 @@ def test_multi_worker_training_ends_with_the_same_weights_on_both_workers(colors
     np.testing.assert_array_equal(first, second)
     assert (tmp_path / "worker0" / "history.json").exists()  # the chief writes the run folder
     assert not (tmp_path / "worker1" / "history.json").exists()
+    summary = json.loads((tmp_path / "worker0" / "history.json").read_text())
+    losses = summary["history"]["loss"]
+    assert len(losses) == 2 and all(np.isfinite(losses)) and losses[1] < losses[0]  # it learned
+    assert summary["steps"] == 2 * (54 // 8)  # the global batch of 8 is split over the 2 workers
 
 
 def test_tensorflow_datasets_names_train_and_evaluate_without_downloading(tmp_path, capsys):
