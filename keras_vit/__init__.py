@@ -13,7 +13,7 @@ import os
 # Keras reads its backend once, at import: TensorFlow unless the user chose.
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
-from keras_vit import layers  # noqa: E402
+from keras_vit import layers, optimizers  # noqa: E402
 from keras_vit.complexity import forward_flops, parameter_count, training_flops  # noqa: E402
 from keras_vit.configs import list_models  # noqa: E402
 from keras_vit.models import ViT, create_model, resize_model  # noqa: E402
@@ -30,6 +30,7 @@ __all__ = [
     "layers",
     "list_models",
     "load_weights",
+    "optimizers",
     "parameter_count",
     "resample_position_embeddings",
     "resize_model",

@@ -24,7 +24,7 @@ import os
 import keras
 import tensorflow as tf
 
-from keras_vit import configs, data, pipeline
+from keras_vit import configs, data, optimizers, pipeline
 from keras_vit.files import atomic_write, pyplot, save_figure, write_json
 from keras_vit.models import create_model
 from keras_vit.recipes import NO_DECAY, PRECISIONS, PRESETS, STRATEGIES
@@ -258,7 +258,7 @@ def _optimizer(config, total_steps, warmup_steps):
         decay_steps=max(total_steps - warmup_steps, 1),
         alpha=0.01,
     )
-    optimizer = keras.optimizers.AdamW(
+    optimizer = optimizers.AdamW(  # clips the all-reduced gradient under a strategy
         learning_rate=schedule, weight_decay=config.weight_decay, global_clipnorm=config.clipnorm or None
     )
     optimizer.exclude_from_weight_decay(var_names=NO_DECAY)
