@@ -67,7 +67,8 @@ def test_the_serving_signature_decodes_any_bytes_or_answers_invalid_argument(dat
         assert error.message.strip()
         return
     assert pixels.shape == (1, 32, 32, 3) and np.isfinite(pixels).all()
-    assert pixels.min() >= 0 and pixels.max() <= 255
+    # [0, 255] up to float32 rounding in the resize's normalised weights (measured 2e-5).
+    assert pixels.min() >= -1e-3 and pixels.max() <= 255 + 1e-3
 
 
 @st.composite
