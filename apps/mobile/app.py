@@ -6,8 +6,6 @@ from pathlib import Path
 
 from keras_vit.apps.mobile import build, server
 
-ATTENTION_FILE = "model_attention.tflite"
-
 
 def resolve_model(path):
     """A `.tflite` file, or an export folder holding `model.tflite`."""
