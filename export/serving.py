@@ -46,6 +46,10 @@ def _big_endian(values):
     return _little_endian(tf.reverse(values, [0]))
 
 
+def _starts_with(encoded, magic):
+    return tf.strings.substr(encoded, 0, len(magic)) == magic
+
+
 def _is_webp(encoded):
     riff, webp = _header(encoded, 0, 4), _header(encoded, 8, 4)
     return tf.logical_and(riff == b"RIFF", webp == b"WEBP")
@@ -85,25 +89,16 @@ def _declared_size(encoded):
             default=lambda: (_little_endian(lossy[:2]) % 2**14, _little_endian(lossy[2:]) % 2**14),
         )
 
-    starts = lambda magic: tf.strings.substr(encoded, 0, len(magic)) == magic  # noqa: E731
     return tf.case(
         [
-            (starts(b"\x89PNG"), png),
-            (starts(b"GIF8"), gif),
-            (starts(b"BM"), bmp),
-            (starts(b"\xff\xd8\xff"), jpeg),
+            (_starts_with(encoded, b"\x89PNG"), png),
+            (_starts_with(encoded, b"GIF8"), gif),
+            (_starts_with(encoded, b"BM"), bmp),
+            (_starts_with(encoded, b"\xff\xd8\xff"), jpeg),
             (_is_webp(encoded), webp),
         ],
         default=lambda: (tf.constant(0, tf.int64), tf.constant(0, tf.int64)),
     )
-
-
-def _starts_with(encoded, magic):
-    return tf.strings.substr(encoded, 0, len(magic)) == magic
-
-
-def _all_bytes(encoded):
-    return tf.cast(tf.io.decode_raw(encoded, tf.uint8), tf.int64)
 
 
 def _has_end_marker(encoded):
@@ -113,7 +108,7 @@ def _has_end_marker(encoded):
     """
 
     def jpeg_end():
-        data = _all_bytes(tf.strings.join([encoded, tf.constant(b"\0\0")]))
+        data = tf.io.decode_raw(tf.strings.join([encoded, tf.constant(b"\0\0")]), tf.uint8)
         return tf.reduce_any(tf.logical_and(data[:-1] == 0xFF, data[1:] == 0xD9))
 
     def png_end():
@@ -131,9 +126,8 @@ _EXIF_WINDOW = 65536  # APP1 (Exif) comes first or second in a JPEG, within the 
 
 def _exif_orientation(encoded):
     """The EXIF orientation tag (1-8) of a JPEG, 1 when it has none: read with tensor ops only."""
-    data = _all_bytes(
-        tf.strings.substr(tf.strings.join([encoded, tf.constant(b"\0" * _EXIF_WINDOW)]), 0, _EXIF_WINDOW)
-    )
+    window = tf.strings.substr(tf.strings.join([encoded, tf.constant(b"\0" * _EXIF_WINDOW)]), 0, _EXIF_WINDOW)
+    data = tf.io.decode_raw(window, tf.uint8)
     size = tf.constant(_EXIF_WINDOW, tf.int64)
     exif = tf.reduce_all(
         tf.stack([data[i : _EXIF_WINDOW - 6 + i] == c for i, c in enumerate(b"Exif\0\0")]), axis=0
@@ -143,7 +137,7 @@ def _exif_orientation(encoded):
 
     def number(positions, width):
         positions = tf.clip_by_value(positions, 0, size - width)
-        values = tf.stack([tf.gather(data, positions + i) for i in range(width)], axis=-1)
+        values = tf.cast(tf.stack([tf.gather(data, positions + i) for i in range(width)], axis=-1), tf.int64)
         places = tf.pow(tf.constant(256, tf.int64), tf.range(width, dtype=tf.int64))
         return tf.where(little, tf.reduce_sum(values * places, -1), tf.reduce_sum(values * places[::-1], -1))
 
@@ -225,7 +219,7 @@ def _decode_batch(classifier, image_bytes):
 
     def decode(item):
         encoded, index = item
-        known = tf.reduce_any([tf.strings.substr(encoded, 0, len(m)) == m for m in _SIGNATURES])
+        known = tf.reduce_any([_starts_with(encoded, m) for m in _SIGNATURES])
         known = tf.logical_or(known, _is_webp(encoded))
         message = tf.strings.format(
             "image_bytes[{}] is not a JPEG, PNG, GIF, BMP or WebP image: send the file's bytes "
