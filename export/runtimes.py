@@ -114,34 +114,41 @@ class TFLiteRunner(Runner):
         except ValueError as error:
             raise ValueError(f"{path}: {error}") from None
         self.class_names = self.metadata["labels"]
-        self.interpreter = Interpreter(model_content=flatbuffer, num_threads=num_threads)
-        self.interpreter.allocate_tensors()
-        self._input = self.interpreter.get_input_details()[0]
+        self.flatbuffer = flatbuffer
+        try:
+            self.interpreter = Interpreter(model_content=flatbuffer, num_threads=num_threads)
+            self.interpreter.allocate_tensors()
+        except (RuntimeError, ValueError) as error:
+            first_line = str(error).strip().splitlines()[0]
+            raise ValueError(f"{path} cannot run in LiteRT ({first_line}); re-export it.") from None
+        self.input_details = self.interpreter.get_input_details()[0]
         outputs = self.interpreter.get_output_details()
         # Probabilities are (1, classes); the attention model adds a (1, rows, cols) map.
-        self._output = next(o for o in outputs if len(o["shape"]) == 2)
+        self.output_details = next((o for o in outputs if len(o["shape"]) == 2), None)
+        if self.output_details is None or int(self.output_details["shape"][1]) != len(self.class_names):
+            raise ValueError(f"{path} has no output of {len(self.class_names)} class probabilities.")
         self._attention = next((o for o in outputs if len(o["shape"]) == 3), None)
         self.has_attention = self._attention is not None
-        self.image_size = tuple(int(d) for d in self._input["shape"][1:3])
-        self.input_dtype = np.dtype(self._input["dtype"]).name
+        self.image_size = tuple(int(d) for d in self.input_details["shape"][1:3])
+        self.input_dtype = np.dtype(self.input_details["dtype"]).name
 
     def _to_input(self, image):
         mean = np.asarray(self.metadata["mean"], np.float32)
         std = np.asarray(self.metadata["std"], np.float32)
         image = (image - mean) / std  # the metadata's normalisation (identity for our exports)
-        scale, zero_point = self._input["quantization"]
-        if self._input["dtype"] == np.float32:
+        scale, zero_point = self.input_details["quantization"]
+        if self.input_details["dtype"] == np.float32:
             return image[None].astype(np.float32)
-        info = np.iinfo(self._input["dtype"])
+        info = np.iinfo(self.input_details["dtype"])
         quantized = np.round(image / scale + zero_point) if scale else np.round(image)
-        return np.clip(quantized, info.min, info.max).astype(self._input["dtype"])[None]
+        return np.clip(quantized, info.min, info.max).astype(self.input_details["dtype"])[None]
 
     def _run(self, image):
-        self.interpreter.set_tensor(self._input["index"], self._to_input(image))
+        self.interpreter.set_tensor(self.input_details["index"], self._to_input(image))
         self.interpreter.invoke()
-        output = self.interpreter.get_tensor(self._output["index"])[0]
-        scale, zero_point = self._output["quantization"]
-        if self._output["dtype"] != np.float32:
+        output = self.interpreter.get_tensor(self.output_details["index"])[0]
+        scale, zero_point = self.output_details["quantization"]
+        if self.output_details["dtype"] != np.float32:
             output = (output.astype(np.float32) - zero_point) * scale
         return output.astype(np.float32)
 

@@ -103,7 +103,7 @@ def test_tflite_models_hold_only_builtin_ops_and_a_static_batch_of_one(exported)
         tflite.check_builtin_ops(flatbuffer)
         assert not [op for op in tflite.operators(flatbuffer) if op.startswith("Flex")]
         runner = open_model(os.path.join(exported["folder"], f"model_{variant}.tflite"))
-        assert list(runner._input["shape"]) == [1, 32, 32, 3]
+        assert list(runner.input_details["shape"]) == [1, 32, 32, 3]
     int8 = open_model(os.path.join(exported["folder"], "model_int8.tflite"))
     assert int8.input_dtype == "uint8"
 

@@ -85,9 +85,8 @@ def describe_model(path):
             app cannot feed (not a static `[1, height, width, 3]` image of floats or 8-bit ints).
     """
     import numpy as np
-    from ai_edge_litert.interpreter import Interpreter
 
-    from keras_vit.export.metadata import read_metadata
+    from keras_vit.export.runtimes import TFLiteRunner
 
     path = Path(path)
     if not path.is_file():
@@ -96,27 +95,11 @@ def describe_model(path):
         raise ValueError(
             f"{path} is a Keras model; the phone runs a .tflite: export it first (`keras-vit export`)."
         )
-    flatbuffer = path.read_bytes()
-    if flatbuffer[4:8] != b"TFL3":
-        raise ValueError(
-            f"{path} is not a TFLite model (no TFL3 identifier); pass a .tflite from `keras-vit export`."
-        )
-    try:
-        metadata = read_metadata(flatbuffer)
-    except ValueError as error:
-        raise ValueError(f"{path}: {error}") from None
-    try:
-        interpreter = Interpreter(model_content=flatbuffer)
-        interpreter.allocate_tensors()
-    except (RuntimeError, ValueError) as error:
-        first_line = str(error).strip().splitlines()[0]
-        raise ValueError(
-            f"{path} cannot run in LiteRT ({first_line}); re-export it with `keras-vit export`."
-        ) from None
-    inputs = interpreter.get_input_details()
-    if len(inputs) != 1:
-        raise ValueError(f"{path} has {len(inputs)} inputs; the app feeds one image.")
-    image = inputs[0]
+    # The runner checks the file, reads the metadata and labels and finds the probabilities.
+    runner = TFLiteRunner(path)
+    metadata, image = runner.metadata, runner.input_details
+    if len(runner.interpreter.get_input_details()) != 1:
+        raise ValueError(f"{path} has more than one input; the app feeds one image.")
     signature = [int(d) for d in image["shape_signature"]]
     if len(signature) != 4 or signature[0] != 1 or signature[3] != 3 or min(signature) < 1:
         raise ValueError(
@@ -127,10 +110,7 @@ def describe_model(path):
     input_type = np.dtype(image["dtype"]).name
     if input_type not in INPUT_TYPES:
         raise ValueError(f"{path} takes {input_type} input; the app feeds {', '.join(INPUT_TYPES)}.")
-    probabilities = [o for o in interpreter.get_output_details() if len(o["shape"]) == 2]
-    if not probabilities or int(probabilities[0]["shape"][1]) != len(metadata["labels"]):
-        raise ValueError(f"{path} has no output of {len(metadata['labels'])} class probabilities.")
-    output = probabilities[0]
+    flatbuffer = runner.flatbuffer
 
     def quantization(details):
         scale, zero_point = details["quantization"]
@@ -147,7 +127,7 @@ def describe_model(path):
         "std": metadata["std"],
         "labels": metadata["labels"],
         "input": quantization(image),
-        "output": quantization(output),
+        "output": quantization(runner.output_details),
     }
 
 
