@@ -79,6 +79,25 @@ def export_folder(tmp_path_factory):
     return manifest
 
 
+@pytest.fixture(scope="module")
+def phone():
+    """Headless Chromium as a phone (Playwright), for the mobile app's tests.
+
+    Skipped on a machine without Chromium, but never under CI, where
+    scripts/setup.sh dev installs it: there a missing browser fails the test.
+    """
+    pytest.importorskip("playwright")
+    from keras_vit.apps.mobile import browser
+
+    if browser.find_chromium() is None:
+        message = "Chromium is not installed (apt-get install chromium; scripts/setup.sh dev does it as root)"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    with browser.phone_browser() as opened:
+        yield opened
+
+
 _PARITY = []
 
 

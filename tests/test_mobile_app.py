@@ -24,17 +24,6 @@ VENV_BIN = os.path.dirname(sys.executable)
 
 
 @pytest.fixture(scope="module")
-def phone():
-    if browser.find_chromium() is None:
-        message = "Chromium is not installed (apt-get install chromium; scripts/setup.sh dev does it as root)"
-        if os.environ.get("CI"):
-            pytest.fail(message)  # CI must run these tests, never skip them
-        pytest.skip(message)
-    with browser.phone_browser() as opened:
-        yield opened
-
-
-@pytest.fixture(scope="module")
 def model_path(export_folder):
     return os.path.join(export_folder["folder"], "model.tflite")
 

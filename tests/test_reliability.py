@@ -390,32 +390,26 @@ def test_desktop_app_inference(export_folder, inputs, report):
     _check("Desktop app", inputs, outcome, report)
 
 
-def test_mobile_app(export_folder, inputs, report, tmp_path):
-    pytest.importorskip("playwright")
+def test_mobile_app(export_folder, inputs, report, tmp_path, phone):
     from keras_vit.apps.mobile import browser, server
     from keras_vit.apps.mobile.build import build_app
 
-    if browser.find_chromium() is None:
-        if os.environ.get("CI"):
-            pytest.fail("Chromium is not installed (scripts/setup.sh dev installs it as root)")
-        pytest.skip("Chromium is not installed")
     folder = build_app(os.path.join(export_folder["folder"], "model.tflite"), tmp_path / "app")
     httpd = server.make_server(folder, "127.0.0.1", 0)
     server.serve_in_background(httpd)
     try:
-        with browser.phone_browser() as phone:
-            page = browser.open_app(phone.new_context(), server.urls(httpd)[0])
+        page = browser.open_app(phone.new_context(), server.urls(httpd)[0])
 
-            def outcome(name, path):
-                if not path.is_file():
-                    return None  # a file picker offers files only
-                result = browser.classify(page, path)
-                if result["error"]:
-                    assert name in result["error"]
-                    return "error", result["error"]
-                return "ok", result["predictions"][0]["name"]
+        def outcome(name, path):
+            if not path.is_file():
+                return None  # a file picker offers files only
+            result = browser.classify(page, path)
+            if result["error"]:
+                assert name in result["error"]
+                return "error", result["error"]
+            return "ok", result["predictions"][0]["name"]
 
-            _check("Mobile app", inputs, outcome, report)
+        _check("Mobile app", inputs, outcome, report)
     finally:
         httpd.shutdown()
         httpd.server_close()
