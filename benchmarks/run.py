@@ -1,20 +1,22 @@
 """keras-vit against its peers, measured side by side in one run on this machine.
 
-    python benchmarks/run.py --quick      # about 5 minutes on 2 cores: config A, ViT-Ti/16 inference
-    python benchmarks/run.py              # also config B (ViT-Ti/16 at 224) training
+    python benchmarks/run.py --quick      # under 5 minutes on 2 cores
+    python benchmarks/run.py              # everything (about 20 minutes on 2 cores)
 
-Measures the machine's fp32 matmul peak (2048 x 2048, TensorFlow and PyTorch), then
+Measures the machine's fp32 matmul peak (2048 x 2048, TensorFlow, TensorFlow with XLA and
+PyTorch), then
 - training images/s and MFU for one architecture in three implementations: keras_vit,
   keras-hub's `ViTBackbone` + a Dense head (with XLA, its faster mode) and timm (PyTorch);
   config A: 32 x 32, patch 4, width 192, depth 6, 3 heads, MLP 768, batch 128, AdamW;
-  config B: ViT-Ti/16 at 224, batch 32;
-- batch-1 inference latency of ViT-Ti/16 at 224: the Keras model (`predict_on_batch`),
-  TFLite fp32 and dynamic-range int8 under LiteRT (2 threads), timm through ONNX Runtime
-  (2 threads) and in PyTorch.
+  config B: ViT-Ti/16 at 224, batch 32 (full run only);
+- the input pipeline's images/s against the training step's (`input_pipeline.py`);
+- step time and memory as the token count grows, 64 to 1024 tokens (`token_scaling.py`);
+- inference of ViT-Ti/16 (and ViT-S/16 in the full run) at 224 in every runtime
+  (`inference.py`): batch-1 latency, and batch-32 throughput in the full run.
 The sides alternate within each round (the machine is noisy: one config differs by up to 20%
 between runs), and every figure is the median over rounds. Writes docs/benchmarks/
-results.json, results.md and training.png, and prints a JSON summary as its last line:
-speed-ups are keras_vit's speed over the peer's (above 1: keras_vit is faster).
+results.json, results.md, training.png and scaling.png, and prints a JSON summary as its
+last line: speed-ups are keras_vit's speed over the peer's (above 1: keras_vit is faster).
 Needs the bench extra: pip install -e ".[bench]".
 """
 
@@ -23,7 +25,6 @@ import json
 import os
 import statistics
 import sys
-import tempfile
 import time
 
 # PyTorch before TensorFlow: the other order crashes torchvision's import (timm needs it).
@@ -36,6 +37,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
+from inference import QUICK_RUNTIMES, inference  # noqa: E402
+from input_pipeline import cifar10, images_224  # noqa: E402
+from token_scaling import token_scaling  # noqa: E402
 
 import keras_vit  # noqa: E402
 
@@ -47,6 +51,10 @@ CONFIGS = {
 }
 NUM_CLASSES = 10
 THREADS = 2
+ALL_RUNTIMES = (
+    "keras_predict_on_batch", "keras_xla", "saved_model", "tflite_fp32", "tflite_fp16",
+    "tflite_dynamic", "tflite_int8", "onnxruntime_timm", "torch_timm",
+)  # fmt: skip
 
 
 def median_seconds(function, repeats, warmup=1):
@@ -169,68 +177,40 @@ def training(config, rounds, steps, peak):
     return results
 
 
-# ---- inference --------------------------------------------------------------------------
-
-
-def inference(rounds):
-    """Batch-1 latency (ms) of ViT-Ti/16 at 224 in each runtime, alternating, medians."""
-    import onnxruntime
-    from ai_edge_litert.interpreter import Interpreter
-
-    from keras_vit.export import tflite
-    from keras_vit.export.classifier import load_classifier
-
-    model = keras_vit.create_model("vit_tiny_patch16_224", num_classes=1000)
-    classifier = load_classifier(model)
-    image = np.random.default_rng(0).uniform(0, 255, (1, 224, 224, 3)).astype("float32")
-
-    def litert(flatbuffer):
-        interpreter = Interpreter(model_content=flatbuffer, num_threads=THREADS)
-        interpreter.allocate_tensors()
-        index = interpreter.get_input_details()[0]["index"]
-
-        def run():
-            interpreter.set_tensor(index, image)
-            interpreter.invoke()
-
-        return run
-
-    peer = _timm(
-        dict(image_size=224, patch_size=16, hidden_dim=192, depth=12, num_heads=3, mlp_dim=768)
-    ).eval()
-    peer_image = torch.from_numpy(image.transpose(0, 3, 1, 2) / 255.0).float()
-    with tempfile.TemporaryDirectory() as folder:
-        onnx_path = os.path.join(folder, "timm.onnx")
-        torch.onnx.export(peer, (peer_image,), onnx_path, dynamo=False, input_names=["x"])
-        options = onnxruntime.SessionOptions()
-        options.intra_op_num_threads = THREADS
-        session = onnxruntime.InferenceSession(onnx_path, options, providers=["CPUExecutionProvider"])
-    feed = {"x": peer_image.numpy()}
-
-    def timm_torch():
-        with torch.inference_mode():
-            peer(peer_image)
-
-    sides = {
-        "keras_predict_on_batch": lambda: model.predict_on_batch(image),
-        "tflite_fp32": litert(tflite.convert(classifier, "fp32")),
-        "tflite_dynamic": litert(tflite.convert(classifier, "dynamic")),
-        "onnxruntime_timm": lambda: session.run(None, feed),
-        "torch_timm": timm_torch,
-    }
-    for run in sides.values():
-        run()
-        run()
-    milliseconds = {name: [] for name in sides}
-    for _ in range(rounds):
-        for name, run in sides.items():
-            milliseconds[name].append(1000 * median_seconds(run, repeats=10, warmup=0))
-    return {
-        name: {"ms": statistics.median(times), "rounds_ms": times} for name, times in milliseconds.items()
-    }
-
-
 # ---- report -----------------------------------------------------------------------------
+
+
+def _goals(results):
+    """(goal, measured, met) rows for the issue's targets that this run measured."""
+    rows = []
+    for name, sides in results["training"].items():
+        ours = sides["keras_vit"]["images_per_second"]
+        hub, versus_timm = (ours / sides[s]["images_per_second"] for s in ("keras_hub", "timm"))
+        mfu = sides["keras_vit"]["mfu"]
+        rows += [
+            (f"config {name}: keras_vit >= 1.2x keras-hub (XLA)", f"{hub:.2f}x", hub >= 1.2),
+            (f"config {name}: keras_vit >= 1.3x timm", f"{versus_timm:.2f}x", versus_timm >= 1.3),
+            (f"config {name}: MFU >= 75% of the matmul peak", f"{mfu:.0%}", mfu >= 0.75),
+        ]
+    ti = results["inference"]["vit_tiny_patch16_224"]
+    fp32, ort = ti["tflite_fp32"]["batch1_ms"], ti["onnxruntime_timm"]["batch1_ms"]
+    rows.append(("TFLite fp32 batch 1 <= 0.85x ONNX Runtime", f"{fp32 / ort:.2f}x", fp32 / ort <= 0.85))
+    dynamic = ti["tflite_dynamic"]["batch1_ms"] / fp32
+    rows.append(("dynamic-range int8 <= 0.55x fp32", f"{dynamic:.2f}x", dynamic <= 0.55))
+    if "tflite_int8" in ti:
+        full = ti["tflite_int8"]["batch1_ms"] / fp32
+        rows.append(("full int8 faster than fp32 (else not the default)", f"{full:.2f}x", full < 1))
+    keras = ti["keras_xla"]["batch1_ms"] / fp32
+    rows.append(("Keras (XLA) within 1.2x of TFLite fp32 per image", f"{keras:.2f}x", keras <= 1.2))
+    for row in results["pipeline"]:
+        rows.append(
+            (
+                f"input pipeline ({row['dataset']}) >= 3x the training step",
+                f"{row['ratio']:.1f}x",
+                row["ratio"] >= 3,
+            )
+        )
+    return rows
 
 
 def write_report(results):
@@ -238,15 +218,25 @@ def write_report(results):
 
     os.makedirs(OUTPUT, exist_ok=True)
     write_json(os.path.join(OUTPUT, "results.json"), results)
+    peak = results["peak"]
     lines = [
         "# Benchmarks",
         "",
         f"`python benchmarks/run.py{' --quick' if results['quick'] else ''}` on {results['machine']}, "
-        f"{results['date']}. Medians over {results['rounds']} alternating rounds.",
+        f"{results['date']}. Medians over {results['rounds']} alternating rounds. "
+        "How the figures moved with each change: [history.md](history.md).",
         "",
-        f"fp32 matmul peak (2048 x 2048): TensorFlow {results['peak']['tensorflow']:.0f} GFLOP/s, "
-        f"with XLA {results['peak']['tensorflow_xla']:.0f}, PyTorch {results['peak']['torch']:.0f}; "
+        f"fp32 matmul peak (2048 x 2048): TensorFlow {peak['tensorflow']:.0f} GFLOP/s, "
+        f"with XLA {peak['tensorflow_xla']:.0f}, PyTorch {peak['torch']:.0f}; "
         "MFU is relative to the largest.",
+        "",
+        "## Goals",
+        "",
+        "| goal | measured | met |",
+        "|---|---|---|",
+    ]
+    lines += [f"| {goal} | {value} | {'yes' if met else 'no'} |" for goal, value, met in _goals(results)]
+    lines += [
         "",
         "## Training (images/s, MFU)",
         "",
@@ -265,13 +255,41 @@ def write_report(results):
         )
     lines += [
         "",
-        "## Inference, ViT-Ti/16 at 224, batch 1 (ms, 2 threads)",
+        "## Input pipeline against the training step (images/s)",
         "",
-        "| runtime | ms |",
-        "|---|---|",
+        "| data | pipeline | keras_vit training step | pipeline / step |",
+        "|---|---|---|---|",
     ]
-    for name, value in results["inference"].items():
-        lines.append(f"| {name} | {value['ms']:.1f} |")
+    for row in results["pipeline"]:
+        lines.append(
+            f"| {row['dataset']} | {row['pipeline']:.0f} | {row['step']:.1f} | {row['ratio']:.1f}x |"
+        )
+    lines += [
+        "",
+        "## Cost against the token count (config A's architecture, batch 16, one process per size)",
+        "",
+        "| image | tokens | ms per image | time per token vs 64 tokens | attention's FLOP share "
+        "| peak memory (MB) | of which after building the model |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for row in results["scaling"]:
+        lines.append(
+            f"| {row['image_size']} | {row['tokens']} | {row['ms_per_image']:.1f} | "
+            f"{row['time_per_token_vs_smallest']:.2f}x | {row['attention_flop_share']:.0%} | "
+            f"{row['peak_rss_mb']:.0f} | {row['peak_rss_over_model_mb']:.0f} |"
+        )
+    for name, runtimes in results["inference"].items():
+        lines += [
+            "",
+            f"## Inference, {name} (2 threads)",
+            "",
+            "| runtime | batch 1 (ms) | batch 32 (images/s) |",
+        ]
+        lines.append("|---|---|---|")
+        for runtime, value in runtimes.items():
+            throughput = value.get("batch32_images_per_second")
+            throughput = "" if throughput is None else f"{throughput:.1f}"
+            lines.append(f"| {runtime} | {value['batch1_ms']:.1f} | {throughput} |")
     atomic_write(os.path.join(OUTPUT, "results.md"), lambda p: open(p, "w").write("\n".join(lines) + "\n"))
 
     plt = pyplot()
@@ -287,10 +305,35 @@ def write_report(results):
     axis.grid(axis="y", alpha=0.3)
     save_figure(figure, os.path.join(OUTPUT, "training.png"))
 
+    figure, (time_axis, memory_axis) = plt.subplots(1, 2, figsize=(9, 3.5))
+    tokens = [row["tokens"] for row in results["scaling"]]
+    time_axis.plot(tokens, [row["ms_per_image"] for row in results["scaling"]], "o-", label="measured")
+    base = results["scaling"][0]
+    flops = [row["training_flops_per_image"] / base["training_flops_per_image"] for row in results["scaling"]]
+    time_axis.plot(tokens, [base["ms_per_image"] * f for f in flops], "--", label="FLOPs (scaled)")
+    time_axis.set_xscale("log", base=2)
+    time_axis.set_yscale("log")
+    time_axis.set_xlabel("tokens")
+    time_axis.set_ylabel("training ms per image")
+    time_axis.legend()
+    memory_axis.plot(tokens, [row["peak_rss_mb"] for row in results["scaling"]], "o-")
+    memory_axis.set_xscale("log", base=2)
+    memory_axis.set_xlabel("tokens")
+    memory_axis.set_ylabel("peak memory (MB)")
+    for axis in (time_axis, memory_axis):
+        axis.grid(alpha=0.3)
+    save_figure(figure, os.path.join(OUTPUT, "scaling.png"))
+
+
+def _print(**values):
+    print(json.dumps(values, default=lambda v: round(v, 2)), flush=True)
+
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="config A only, fewer rounds (about 5 minutes)")
+    parser.add_argument(
+        "--quick", action="store_true", help="fewer configs, runtimes and rounds (under 5 minutes)"
+    )
     parser.add_argument("--rounds", type=int, default=None)
     args = parser.parse_args(argv)
     rounds = args.rounds or (3 if args.quick else 5)
@@ -298,24 +341,41 @@ def main(argv=None):
 
     peak = matmul_peak()
     best_peak = max(peak.values())
-    configs = ["A"] if args.quick else ["A", "B"]
+    _print(matmul_peak_gflops=peak)
     training_results = {}
-    for name in configs:
+    for name in ["A"] if args.quick else ["A", "B"]:
         steps = 2 if name == "A" else 1
         training_results[name] = training(CONFIGS[name], rounds, steps, best_peak)
-        print(
-            json.dumps(
-                {
-                    "training": name,
-                    **{k: round(v["images_per_second"], 1) for k, v in training_results[name].items()},
-                }
-            ),
-            flush=True,
+        _print(training=name, **{k: v["images_per_second"] for k, v in training_results[name].items()})
+
+    pipeline = [
+        {"dataset": "CIFAR-10 32x32 (cifar10-mini)", "pipeline": cifar10(seconds=5 if args.quick else 10)}
+    ]
+    pipeline[0]["step"] = training_results["A"]["keras_vit"]["images_per_second"]
+    if "B" in training_results:
+        rate, source = images_224()
+        step = training_results["B"]["keras_vit"]["images_per_second"]
+        pipeline.append({"dataset": f"224x224 JPEGs ({source})", "pipeline": rate, "step": step})
+    for row in pipeline:
+        row["ratio"] = row["pipeline"] / row["step"]
+        _print(**row)
+
+    scaling = token_scaling([32, 64, 128] if args.quick else [32, 48, 64, 96, 128])
+    _print(scaling={row["tokens"]: row["ms_per_image"] for row in scaling})
+
+    inference_results = {}
+    models = ["vit_tiny_patch16_224"] if args.quick else ["vit_tiny_patch16_224", "vit_small_patch16_224"]
+    for model_name in models:
+        inference_results[model_name] = inference(
+            model_name,
+            QUICK_RUNTIMES if args.quick else ALL_RUNTIMES,
+            rounds,
+            batch_sizes=(1,) if args.quick else (1, 32),
         )
-    inference_results = inference(rounds)
-    print(
-        json.dumps({"inference_ms": {k: round(v["ms"], 2) for k, v in inference_results.items()}}), flush=True
-    )
+        _print(
+            inference=model_name,
+            batch1_ms={k: v["batch1_ms"] for k, v in inference_results[model_name].items()},
+        )
 
     results = {
         "quick": args.quick,
@@ -324,21 +384,31 @@ def main(argv=None):
         "date": time.strftime("%Y-%m-%d"),
         "peak": peak,
         "training": training_results,
+        "pipeline": pipeline,
+        "scaling": scaling,
         "inference": inference_results,
     }
     write_report(results)
-    a = training_results["A"]
-    ours = a["keras_vit"]["images_per_second"]
-    summary = {
-        "speedup_train_vs_keras_hub": ours / a["keras_hub"]["images_per_second"],
-        "speedup_train_vs_timm": ours / a["timm"]["images_per_second"],
-        "speedup_tflite_fp32_vs_onnxruntime": inference_results["onnxruntime_timm"]["ms"]
-        / inference_results["tflite_fp32"]["ms"],
-        "speedup_int8_vs_fp32": inference_results["tflite_fp32"]["ms"]
-        / inference_results["tflite_dynamic"]["ms"],
-        "train_mfu": a["keras_vit"]["mfu"],
-        "matmul_peak_gflops": best_peak,
-    }
+    ti = inference_results["vit_tiny_patch16_224"]
+    summary = {}
+    for name, sides in training_results.items():
+        ours = sides["keras_vit"]["images_per_second"]
+        suffix = "" if name == "A" else f"_{name}"
+        summary[f"speedup_train_vs_keras_hub{suffix}"] = ours / sides["keras_hub"]["images_per_second"]
+        summary[f"speedup_train_vs_timm{suffix}"] = ours / sides["timm"]["images_per_second"]
+        summary[f"train_mfu{suffix}"] = sides["keras_vit"]["mfu"]
+    summary["speedup_tflite_fp32_vs_onnxruntime"] = (
+        ti["onnxruntime_timm"]["batch1_ms"] / ti["tflite_fp32"]["batch1_ms"]
+    )
+    summary["speedup_int8_vs_fp32"] = ti["tflite_fp32"]["batch1_ms"] / ti["tflite_dynamic"]["batch1_ms"]
+    if "tflite_int8" in ti:
+        summary["speedup_full_int8_vs_fp32"] = ti["tflite_fp32"]["batch1_ms"] / ti["tflite_int8"]["batch1_ms"]
+    summary["speedup_keras_xla_vs_predict_on_batch"] = (
+        ti["keras_predict_on_batch"]["batch1_ms"] / ti["keras_xla"]["batch1_ms"]
+    )
+    for row in pipeline:
+        summary["pipeline_vs_train_" + ("cifar10" if row is pipeline[0] else "224")] = row["ratio"]
+    summary["matmul_peak_gflops"] = best_peak
     print(json.dumps({k: round(v, 3) for k, v in summary.items()}))
     return 0
 

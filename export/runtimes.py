@@ -19,12 +19,25 @@ class Runner:
 
     kind = ""
     image_size = None
+    channels = 3
     class_names = None
     has_attention = False
 
     def predict(self, images):
         """Probabilities `(n, classes)` for float32 pixels `(n, height, width, 3)` in [0, 255]."""
         raise NotImplementedError
+
+    def _checked(self, images):
+        """`images` as float32 `(n, height, width, 3)` at this model's size, or a ValueError."""
+        images = np.asarray(images, dtype=np.float32)
+        height, width = self.image_size
+        if images.ndim != 4 or images.shape[1:] != (height, width, self.channels):
+            raise ValueError(
+                f"This model takes images of shape (n, {height}, {width}, {self.channels}), "
+                f"got {images.shape}; "
+                f"resize them to {height}x{width} first (keras_vit.predict.read_image does)."
+            )
+        return images
 
 
 class KerasRunner(Runner):
@@ -34,31 +47,38 @@ class KerasRunner(Runner):
         from keras_vit.export.classifier import load_classifier
 
         self.classifier = load_classifier(source)
-        self._rollout = None
         self.image_size = self.classifier.image_size
+        self.channels = self.classifier.channels
         self.class_names = self.classifier.class_names
+        self._probabilities = self._graph(self.classifier.probabilities)
+        self._rollout = None
 
     has_attention = True
 
-    def predict(self, images, batch_size=64):
-        import keras
+    def _graph(self, function):
+        """`function` traced once into a TensorFlow graph for any batch size: calling a Keras
+        model eagerly costs several times more per image (docs/benchmarks/history.md)."""
+        import tensorflow as tf
 
+        height, width = self.image_size
+        spec = tf.TensorSpec([None, height, width, self.classifier.channels], tf.float32)
+        return tf.function(function, input_signature=[spec])
+
+    def predict(self, images, batch_size=64):
+        images = self._checked(images)
         outputs = [
-            keras.ops.convert_to_numpy(self.classifier.probabilities(images[i : i + batch_size]))
-            for i in range(0, len(images), batch_size)
+            self._probabilities(images[i : i + batch_size]).numpy() for i in range(0, len(images), batch_size)
         ]
         return np.concatenate(outputs)
 
     def predict_attention(self, images):
         """`(probabilities, attention-rollout maps (n, rows, cols))`, from `keras_vit.attention`."""
-        import keras
-
         from keras_vit.attention import AttentionRollout
 
         if self._rollout is None:
-            self._rollout = AttentionRollout(self.classifier.model)
-        outputs = self._rollout(images)
-        return tuple(keras.ops.convert_to_numpy(outputs[k]) for k in ("probabilities", "attention"))
+            self._rollout = self._graph(AttentionRollout(self.classifier.model))
+        outputs = self._rollout(self._checked(images))
+        return tuple(outputs[k].numpy() for k in ("probabilities", "attention"))
 
 
 class SavedModelRunner(Runner):
@@ -83,6 +103,7 @@ class SavedModelRunner(Runner):
     def predict(self, images, batch_size=64):
         import tensorflow as tf
 
+        images = self._checked(images)
         outputs = [
             self._signature(images=tf.constant(images[i : i + batch_size]))["probabilities"].numpy()
             for i in range(0, len(images), batch_size)
@@ -154,7 +175,7 @@ class TFLiteRunner(Runner):
 
     def predict(self, images):
         # One image at a time: batch 1 is the static shape XNNPACK runs best.
-        return np.stack([self._run(image) for image in images])
+        return np.stack([self._run(image) for image in self._checked(images)])
 
     def predict_attention(self, images):
         """`(probabilities, attention maps (n, rows, cols))`; needs a model exported with --attention."""
@@ -163,7 +184,7 @@ class TFLiteRunner(Runner):
                 "This .tflite has no attention output; export with `keras-vit export --attention`."
             )
         probabilities, maps = [], []
-        for image in images:
+        for image in self._checked(images):
             probabilities.append(self._run(image))
             maps.append(self.interpreter.get_tensor(self._attention["index"])[0].astype(np.float32))
         return np.stack(probabilities), np.stack(maps)
@@ -185,8 +206,9 @@ class OnnxRunner(Runner):
         self.class_names = meta["class_names"].split("\n") if "class_names" in meta else None
 
     def predict(self, images, batch_size=64):
+        images = self._checked(images)
         outputs = [
-            self.session.run(None, {"images": images[i : i + batch_size].astype(np.float32)})[0]
+            self.session.run(None, {"images": images[i : i + batch_size]})[0]
             for i in range(0, len(images), batch_size)
         ]
         return np.concatenate(outputs)

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import zipfile
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -341,3 +342,27 @@ def test_an_export_killed_at_any_point_leaves_no_version_tf_serving_would_load(t
     assert not [e for e in home.iterdir() if e.name.startswith(".partial-")]  # killed exports' staging: gone
     newest = max(int(e.name) for e in home.iterdir() if e.name.isdigit())
     assert (home / f"export-{newest}" / "model.tflite").is_file()
+
+
+def test_every_runner_names_a_wrong_image_shape(exported):
+    sources = [exported["source"], os.path.join(os.path.dirname(exported["folder"]), "1")]
+    sources += [os.path.join(exported["folder"], name) for name in ("model_fp32.tflite", "model.onnx")]
+    for source in sources:
+        runner = open_model(source)
+        with pytest.raises(ValueError, match=r"images of shape \(n, 32, 32, 3\), got \(1, 48, 48, 3\)"):
+            runner.predict(np.zeros((1, 48, 48, 3), np.float32))
+        with pytest.raises(ValueError, match=r"got \(32, 32, 3\)"):
+            runner.predict(np.zeros((32, 32, 3), np.float32))
+
+
+def test_the_keras_runner_traces_one_graph_for_every_batch_size(exported, cifar_images):
+    runner = open_model(exported["source"])
+    pixels = np.stack([tf.io.decode_png(encoded).numpy() for encoded, _ in cifar_images[0][:7]])
+    pixels = pixels.astype(np.float32)
+    eager = keras.ops.convert_to_numpy(runner.classifier.probabilities(pixels))
+    np.testing.assert_allclose(runner.predict(pixels, batch_size=3), eager, atol=1e-6)  # batches 3, 3, 1
+    np.testing.assert_allclose(runner.predict(pixels[:2]), eager[:2], atol=1e-6)
+    assert runner._probabilities.experimental_get_tracing_count() == 1
+    probabilities, maps = runner.predict_attention(pixels)
+    np.testing.assert_allclose(probabilities, eager, atol=1e-6)
+    assert maps.shape == (7, 8, 8)
