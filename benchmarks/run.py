@@ -269,7 +269,7 @@ def write_report(results):
         "## Cost against the token count (config A's architecture, batch 16, one process per size)",
         "",
         "| image | tokens | ms per image | time per token vs 64 tokens | attention's FLOP share "
-        "| peak memory (MB) | of which after building the model |",
+        "| peak memory (MB) | growth from the first step on (MB) |",
         "|---|---|---|---|---|---|---|",
     ]
     for row in results["scaling"]:

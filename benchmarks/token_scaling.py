@@ -2,7 +2,7 @@
 
 Config A's architecture (patch 4, width 192, depth 6, 3 heads, MLP 768) at growing image
 sizes: 32 x 32 is 64 patch tokens, 128 x 128 is 1024. Each size runs in its own process,
-so its peak resident memory (`ru_maxrss`, which includes XLA's compilation) is its own.
+so its peak resident memory (`VmHWM`, which includes XLA's compilation) is its own.
 
     python benchmarks/token_scaling.py --image-size 64     # one size, prints one JSON line
 
@@ -15,7 +15,6 @@ memory traffic that the FLOPs leave out, so in time it takes over earlier.
 import argparse
 import json
 import os
-import resource
 import statistics
 import subprocess
 import sys
@@ -24,8 +23,14 @@ import time
 ARCHITECTURE = dict(patch_size=4, hidden_dim=192, depth=6, num_heads=3, mlp_dim=768)
 
 
-def _rss_mb():
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+def _memory_mb(field):
+    """`VmHWM` (peak) or `VmRSS` (now) of this process, in MB. Not `ru_maxrss`: a process
+    started by fork and exec inherits its parent's peak there."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024
+    raise RuntimeError(f"/proc/self/status has no {field}")
 
 
 def measure(image_size, batch_size, steps):
@@ -46,7 +51,7 @@ def measure(image_size, batch_size, steps):
     rng = np.random.default_rng(0)
     images = rng.uniform(0, 255, (batch_size, image_size, image_size, 3)).astype("float32")
     labels = rng.integers(0, 10, batch_size)
-    before = _rss_mb()
+    before = _memory_mb("VmRSS")
     model.train_on_batch(images, labels)  # compiles
     model.train_on_batch(images, labels)
     times = []
@@ -64,8 +69,8 @@ def measure(image_size, batch_size, steps):
         "ms_per_image": 1000 * statistics.median(times) / batch_size,
         "training_flops_per_image": keras_vit.training_flops(model),
         "attention_flop_share": (tokens + 1) / (6 * d + tokens + 1),
-        "peak_rss_mb": _rss_mb(),
-        "peak_rss_over_model_mb": _rss_mb() - before,
+        "peak_rss_mb": _memory_mb("VmHWM"),
+        "peak_rss_over_model_mb": _memory_mb("VmHWM") - before,
     }
 
 
