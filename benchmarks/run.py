@@ -314,6 +314,7 @@ def write_report(results):
     axis.set_ylabel("training images/s")
     axis.legend()
     axis.grid(axis="y", alpha=0.3)
+    figure.tight_layout()
     save_figure(figure, os.path.join(OUTPUT, "training.png"))
 
     figure, (time_axis, memory_axis) = plt.subplots(1, 2, figsize=(9, 3.5))
@@ -333,6 +334,7 @@ def write_report(results):
     memory_axis.set_ylabel("peak memory (MB)")
     for axis in (time_axis, memory_axis):
         axis.grid(alpha=0.3)
+    figure.tight_layout()
     save_figure(figure, os.path.join(OUTPUT, "scaling.png"))
 
 
