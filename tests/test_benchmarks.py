@@ -1,0 +1,91 @@
+"""The benchmark harness's own logic, at tiny sizes: no timing is asserted."""
+
+import os
+import sys
+
+import pytest
+
+BENCHMARKS = os.path.join(os.path.dirname(__file__), os.pardir, "benchmarks")
+sys.path.insert(0, BENCHMARKS)
+
+pytest.importorskip("timm")
+import input_pipeline  # noqa: E402
+import run  # noqa: E402
+import token_scaling  # noqa: E402
+
+
+def test_token_scaling_measures_a_size_in_its_own_process():
+    (row,) = token_scaling.token_scaling([48], batch_size=2, steps=1)
+    assert row["tokens"] == 144 and row["time_per_token_vs_smallest"] == 1.0
+    assert row["step_seconds"] > 0 and row["ms_per_image"] == pytest.approx(500 * row["step_seconds"])
+    # A fresh process: its own peak (VmHWM), not the test runner's, and growth within it.
+    assert 0 < row["peak_rss_over_model_mb"] < row["peak_rss_mb"]
+    assert row["attention_flop_share"] == pytest.approx(145 / (6 * 192 + 145))
+    assert row["training_flops_per_image"] > 2 * token_scaling_flops_at_32()
+
+
+def token_scaling_flops_at_32():
+    import keras_vit
+
+    return keras_vit.training_flops(
+        "vit_tiny_patch16_224", image_size=32, num_classes=10, **token_scaling.ARCHITECTURE
+    )
+
+
+def test_the_224_pipeline_falls_back_to_synthetic_jpegs(monkeypatch, tmp_path):
+    monkeypatch.setattr(input_pipeline, "IMAGENETTE", str(tmp_path / "absent.zip"))
+    rate, source = input_pipeline.images_224(batch_size=4, seconds=0.5)
+    assert source == "synthetic" and rate > 0
+
+
+def _results(ours, hub, timm, fp32_ms, ort_ms, dynamic_ms, int8_ms):
+    side = lambda rate: {"images_per_second": rate, "mfu": rate / 200}  # noqa: E731
+    runtimes = {"tflite_fp32": fp32_ms, "onnxruntime_timm": ort_ms, "tflite_dynamic": dynamic_ms}
+    runtimes.update(tflite_int8=int8_ms, keras_xla=1.1 * fp32_ms, keras_predict_on_batch=2 * fp32_ms)
+    return {
+        "quick": False,
+        "rounds": 1,
+        "machine": "test",
+        "date": "today",
+        "peak": {"tensorflow": 100.0, "tensorflow_xla": 150.0, "torch": 200.0},
+        "training": {"A": {"keras_vit": side(ours), "keras_hub": side(hub), "timm": side(timm)}},
+        "pipeline": [{"dataset": "cifar", "pipeline": 300.0, "step": ours, "ratio": 300.0 / ours}],
+        "scaling": [
+            dict(
+                image_size=s,
+                tokens=(s // 4) ** 2,
+                ms_per_image=s,
+                time_per_token_vs_smallest=1.0,
+                attention_flop_share=0.1,
+                peak_rss_mb=1000.0 + s,
+                peak_rss_over_model_mb=s,
+                training_flops_per_image=1e9 * s,
+            )  # fmt: skip
+            for s in (32, 64)
+        ],
+        "inference": {"vit_tiny_patch16_224": {k: {"batch1_ms": v} for k, v in runtimes.items()}},
+    }
+
+
+def test_the_goals_table_says_what_is_met():
+    met = dict((goal, ok) for goal, _, ok in run._goals(_results(130, 100, 90, 8, 10, 4, 6)))
+    assert all(met.values()) is False  # MFU 65% is below 75%
+    assert met["config A: keras_vit >= 1.2x keras-hub (XLA)"] and met["config A: keras_vit >= 1.3x timm"]
+    assert met["TFLite fp32 batch 1 <= 0.85x ONNX Runtime"] and met["dynamic-range int8 <= 0.55x fp32"]
+    assert met["full int8 faster than fp32, else not the default"]
+    assert met["Keras (XLA) within 1.2x of TFLite fp32 per image"]
+
+    missed = dict((goal, ok) for goal, _, ok in run._goals(_results(100, 100, 100, 10, 10, 9, 30)))
+    assert not missed["config A: keras_vit >= 1.2x keras-hub (XLA)"]
+    assert not missed["TFLite fp32 batch 1 <= 0.85x ONNX Runtime"]
+    # Slower full int8 is fine as long as the exporter does not make it the default.
+    assert missed["full int8 faster than fp32, else not the default"]
+
+
+def test_the_report_writes_its_files(monkeypatch, tmp_path):
+    monkeypatch.setattr(run, "OUTPUT", str(tmp_path))
+    run.write_report(_results(84, 80, 100, 16.6, 19.8, 16.4, 60.4))
+    assert sorted(os.listdir(tmp_path)) == ["results.json", "results.md", "scaling.png", "training.png"]
+    table = (tmp_path / "results.md").read_text()
+    assert "| config A: keras_vit >= 1.3x timm | 0.84x | no |" in table
+    assert "| tflite_fp32 | 16.6 |  |" in table
