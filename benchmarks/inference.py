@@ -11,6 +11,7 @@ Random weights: speed does not depend on them.
 import os
 import statistics
 import tempfile
+import time
 
 import numpy as np
 import tensorflow as tf
@@ -34,8 +35,7 @@ QUICK_RUNTIMES = (
 
 
 def median_seconds(function, repeats, warmup=1):
-    import time
-
+    """The median of `repeats` timed calls, after `warmup` untimed ones."""
     for _ in range(warmup):
         function()
     times = []

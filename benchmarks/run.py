@@ -1,7 +1,7 @@
 """keras-vit against its peers, measured side by side in one run on this machine.
 
     python benchmarks/run.py --quick      # under 5 minutes on 2 cores
-    python benchmarks/run.py              # everything (about 20 minutes on 2 cores)
+    python benchmarks/run.py              # everything (about 13 minutes on 2 cores)
 
 Measures the machine's fp32 matmul peak (2048 x 2048, TensorFlow, TensorFlow with XLA and
 PyTorch), then
@@ -37,7 +37,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
-from inference import QUICK_RUNTIMES, inference  # noqa: E402
+from inference import QUICK_RUNTIMES, THREADS, inference, median_seconds  # noqa: E402
 from input_pipeline import cifar10, images_224  # noqa: E402
 from token_scaling import token_scaling  # noqa: E402
 
@@ -50,22 +50,10 @@ CONFIGS = {
     "B": dict(image_size=224, patch_size=16, hidden_dim=192, depth=12, num_heads=3, mlp_dim=768, batch=32),
 }
 NUM_CLASSES = 10
-THREADS = 2
 ALL_RUNTIMES = (
     "keras_predict_on_batch", "keras_xla", "saved_model", "tflite_fp32", "tflite_fp16",
     "tflite_dynamic", "tflite_int8", "onnxruntime_timm", "torch_timm",
 )  # fmt: skip
-
-
-def median_seconds(function, repeats, warmup=1):
-    for _ in range(warmup):
-        function()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        function()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 # ---- the machine's peak ----------------------------------------------------------------
