@@ -161,15 +161,7 @@ def representative_images(dataset, image_size, count=200, seed=0):
 
     folder = data.load_dataset(dataset, seed=seed)
     split = folder["train"]
-    batches = pipeline.make_dataset(
-        split.to_dataset(),
-        image_size=tuple(image_size),
-        num_classes=len(folder.class_names),
-        batch_size=count,
-        training=True,  # shuffled, so every class is represented
-        augmentation=pipeline.NO_AUGMENTATION,
-        seed=seed,
-        cache=False,
+    batches = pipeline.training_batches(  # shuffled, so every class is represented
+        split.to_dataset(), image_size=tuple(image_size), batch_size=count, seed=seed, cache=False
     )
-    images, _ = next(iter(batches))
-    return images.numpy()
+    return next(iter(batches))["images"].numpy().astype("float32")

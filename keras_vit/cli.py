@@ -198,7 +198,8 @@ def _parse_override(item):
 
 
 def _add_train_arguments(parser):
-    from keras_vit.recipes import PRECISIONS, PRESETS, STRATEGIES
+    from keras_vit.distribute import STRATEGIES
+    from keras_vit.recipes import PRECISIONS, PRESETS
 
     add = parser.add_argument
     add("--dataset", help="an image folder or .zip of class_name/image files, or cifar10-mini (default)")
@@ -224,6 +225,7 @@ def _add_train_arguments(parser):
     add("--randaugment", type=int, help="RandAugment operations per image; 0 (default) is off")
     add("--mixup", type=float, help="MixUp alpha; 0 (default) is off")
     add("--cutmix", type=float, help="CutMix alpha; 0 (default) is off")
+    add("--random-erasing", type=float, help="RandomErasing probability per image; 0 (default) is off")
     add("--precision", choices=PRECISIONS)
     add("--jit-compile", action=argparse.BooleanOptionalAction, help="XLA (default on)")
     add("--strategy", choices=STRATEGIES, help="auto: all GPUs mirrored, else one device")

@@ -69,15 +69,13 @@ def evaluate(model, dataset="cifar10-mini", split=None, batch_size=100, validati
             f"The model's classes {model_classes} differ from the dataset's {class_names}; "
             f"evaluate on the dataset the model was trained for."
         )
-    batches = pipeline.make_dataset(
+    batches = pipeline.evaluation_batches(
         folder[split].to_dataset(),
         image_size=tuple(model.input_shape[1:3]),
-        num_classes=len(class_names),
         batch_size=batch_size,
-        training=False,
         cache=False,
     )
-    scores = model.predict(batches.map(lambda x, y: x), verbose=0)
+    scores = model.predict(batches.map(lambda batch: batch["images"]), verbose=0)
     labels = np.asarray(folder[split].labels)
     ranked = np.argsort(-scores, axis=1)
     top1 = ranked[:, 0] == labels

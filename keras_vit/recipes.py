@@ -3,7 +3,6 @@
 Plain data, apart from the training code that applies it.
 """
 
-STRATEGIES = ("auto", "mirrored", "multi-worker", "one-device")
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
 # Variables that get no weight decay (matched against variable paths).
 NO_DECAY = ["gamma", "beta", "bias", "cls_token", "position_embedding"]

@@ -1,10 +1,11 @@
-"""Training with `model.fit` under a `tf.distribute` strategy: the project's main job.
+"""Training with `model.fit`: the project's main job, on TensorFlow (the default) or JAX.
 
 `train(TrainConfig(...))` (or `keras-vit train`) reads a dataset, builds or
 fine-tunes a ViT, trains it with a recipe worth using (AdamW without decay
 on norms, biases and embeddings; warmup then cosine decay; gradient
-clipping; label smoothing; stochastic depth), survives being killed
-(`BackupAndRestore`, mid-epoch), and leaves a run folder:
+clipping; label smoothing; stochastic depth; augmentation on whole batches
+inside the compiled step), on one device or several (`keras_vit.distribute`),
+survives being killed (`BackupAndRestore`, mid-epoch), and leaves a run folder:
 
     model.keras        the best model by validation accuracy (class names and
                        normalisation inside), written atomically
@@ -16,18 +17,27 @@ clipping; label smoothing; stochastic depth), survives being killed
 """
 
 import dataclasses
-import json
 import logging
 import math
 import os
 
 import keras
-import tensorflow as tf
 
-from keras_vit import configs, data, optimizers, pipeline
+from keras_vit import configs, data, distribute, optimizers, pipeline
+from keras_vit.augment import BatchAugmentation
+from keras_vit.callbacks import (
+    BestModelCheckpoint,
+    ResumableBackup,
+    StopAtStep,
+    optimizer_step,
+    saved_model_of,
+    steps_per_execution,
+)
+from keras_vit.distribute import STRATEGIES
 from keras_vit.files import atomic_write, pyplot, save_figure, write_json
 from keras_vit.models import create_model
-from keras_vit.recipes import NO_DECAY, PRECISIONS, PRESETS, STRATEGIES
+from keras_vit.recipes import NO_DECAY, PRECISIONS, PRESETS
+from keras_vit.training_model import TrainingModel
 from keras_vit.weights import load_weights
 
 logger = logging.getLogger(__name__)
@@ -56,6 +66,7 @@ class TrainConfig:
     randaugment: int = 0
     mixup: float = 0.0
     cutmix: float = 0.0
+    random_erasing: float = 0.0
     precision: str = "float32"
     jit_compile: bool = True
     strategy: str = "auto"
@@ -79,10 +90,13 @@ class TrainConfig:
         for name in ("epochs", "batch_size", "backup_every_steps"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}.")
-        for name in ("learning_rate", "weight_decay", "warmup_epochs", "label_smoothing", "clipnorm"):
+        not_negative = ("learning_rate", "weight_decay", "warmup_epochs", "label_smoothing", "clipnorm")
+        for name in not_negative + ("randaugment", "mixup", "cutmix", "random_erasing"):
             value = getattr(self, name)
             if value is not None and value < 0:
                 raise ValueError(f"{name} must not be negative, got {value}.")
+        if self.random_erasing > 1:
+            raise ValueError(f"random_erasing is a probability in [0, 1], got {self.random_erasing}.")
         if self.learning_rate == 0:
             raise ValueError("learning_rate must be positive.")
         # These come from their own settings or from the dataset; an override would disagree.
@@ -107,126 +121,6 @@ def _resolved(config):
     if values["crop"] is None:
         values["crop"] = "pad" if values["image_size"] <= 64 else "resized"
     return TrainConfig(**values)
-
-
-def make_strategy(name):
-    """The `tf.distribute` strategy for `--strategy`."""
-    if name == "multi-worker":  # before anything initialises TensorFlow's devices
-        if "TF_CONFIG" not in os.environ:
-            raise ValueError(
-                "--strategy multi-worker needs TF_CONFIG describing the cluster and this worker."
-            )
-        return tf.distribute.MultiWorkerMirroredStrategy()
-    gpus = tf.config.list_logical_devices("GPU")
-    if name == "auto":
-        return tf.distribute.MirroredStrategy() if len(gpus) > 1 else tf.distribute.get_strategy()
-    if name == "mirrored":
-        return tf.distribute.MirroredStrategy()
-    return tf.distribute.OneDeviceStrategy("/gpu:0" if gpus else "/cpu:0")
-
-
-def _fit_under_multi_worker(model, strategy, sample_batch):
-    """Mends two places where Keras 3's `fit` breaks under MultiWorkerMirroredStrategy
-    (tensorflow/tensorflow#72388), for this model and process only:
-
-    - `_maybe_symbolic_build` reduces a distributed batch with `strategy.reduce`, which the
-      collective strategy cannot do eagerly: the model is built here from one local batch.
-    - `reduce_per_replica` averages every log over axis 0, and logs are scalars: scalars
-      are averaged over the workers with no axis.
-    """
-    from keras.src.backend.tensorflow import trainer as tensorflow_trainer
-
-    with strategy.scope():
-        model._symbolic_build(data_batch=sample_batch)
-    model._maybe_symbolic_build = lambda iterator=None, data_batch=None: None
-
-    reduce_per_replica = tensorflow_trainer.reduce_per_replica
-    if getattr(reduce_per_replica, "mends_scalars", False):
-        return
-
-    def reduce_scalars_without_axis(values, strategy, reduction):
-        if reduction in ("auto", "mean") and tensorflow_trainer._collective_all_reduce_multi_worker(strategy):
-
-            def reduce(value):
-                rank = (value.values[0] if hasattr(value, "values") else value).shape.rank
-                return strategy.reduce("MEAN", value, axis=0 if rank else None)
-
-            return keras.tree.map_structure(reduce, values)
-        return reduce_per_replica(values, strategy, reduction)
-
-    reduce_scalars_without_axis.mends_scalars = True
-    tensorflow_trainer.reduce_per_replica = reduce_scalars_without_axis
-
-
-def _is_chief():
-    """Whether this process writes the run's files (the chief, or the only worker)."""
-    tf_config = json.loads(os.environ.get("TF_CONFIG", "{}"))
-    task = tf_config.get("task", {})
-    return task.get("type", "chief") == "chief" or (
-        task.get("type") == "worker"
-        and task.get("index", 0) == 0
-        and "chief" not in tf_config.get("cluster", {})
-    )
-
-
-class BestModelCheckpoint(keras.callbacks.Callback):
-    """Saves the model with the best validation accuracy, atomically, on the chief only."""
-
-    def __init__(self, path, monitor="val_accuracy", enabled=True, previous_best=-math.inf):
-        super().__init__()
-        self.path, self.monitor, self.enabled = path, monitor, enabled
-        self.best = previous_best  # from the attempts before a restart
-        self.best_epoch = None if previous_best == -math.inf else -1
-
-    def on_epoch_end(self, epoch, logs=None):
-        value = (logs or {}).get(self.monitor)
-        if value is None or value <= self.best:
-            return
-        self.best, self.best_epoch = value, epoch
-        if self.enabled:
-            atomic_write(self.path, self.model.save)
-
-
-def _step(model):
-    """The optimizer's step count, also for a distributed (mirrored) variable."""
-    return int(keras.ops.convert_to_numpy(model.optimizer.iterations))
-
-
-class ResumableBackup(keras.callbacks.BackupAndRestore):
-    """`BackupAndRestore` that resumes in the epoch the restored step count is in.
-
-    Keras records the epoch at backup time, which for a backup taken on an
-    epoch's last batch is the epoch already finished: it would be replayed
-    whole. The optimizer's step count says exactly where the run was.
-    """
-
-    def __init__(self, backup_dir, steps_per_epoch, save_freq):
-        super().__init__(backup_dir, save_freq=save_freq, double_checkpoint=True)
-        self.steps_per_epoch = steps_per_epoch
-
-    def _load_model(self):
-        super()._load_model()
-        if os.path.exists(self._weights_path):
-            self.model._initial_epoch = _step(self.model) // self.steps_per_epoch
-
-
-class StopAtStep(keras.callbacks.Callback):
-    """Ends training after exactly `total_steps` optimizer steps.
-
-    Keras' `BackupAndRestore` restores a mid-epoch backup (weights and the
-    optimizer's step count) but replays the interrupted epoch from its first
-    batch. Stopping on the step count makes a resumed run end after the same
-    number of steps as an uninterrupted one: its last epoch is cut short by
-    the batches that were replayed.
-    """
-
-    def __init__(self, total_steps):
-        super().__init__()
-        self.total_steps = total_steps
-
-    def on_train_batch_end(self, batch, logs=None):
-        if _step(self.model) >= self.total_steps:
-            self.model.stop_training = True
 
 
 def build_model(config, num_classes, class_names):
@@ -285,10 +179,103 @@ def _plot(history, path):
 
 @dataclasses.dataclass
 class TrainingRun:
-    """What `train` returns: the trained model (last epoch) and the run's summary."""
+    """What `train` returns: the trained classifier (last epoch), the model `fit` trained
+    (the classifier with its augmentation and optimizer) and the run's summary."""
 
     model: keras.Model
+    training_model: keras.Model
     summary: dict
+
+
+@dataclasses.dataclass
+class _Data:
+    source: str
+    class_names: list
+    train: object
+    validation: object
+    train_count: int
+    validation_count: int
+
+
+def _read_data(config):
+    """The run's training and validation batches, as `{"images", "labels"}` dicts."""
+    dataset = data.load_dataset(config.dataset, validation_split=config.validation_split, seed=config.seed)
+    train_split, val_split = dataset["train"], dataset["validation"]
+    if len(train_split) < config.batch_size:
+        raise ValueError(
+            f"{dataset.source} has {len(train_split)} training images, fewer than one batch of "
+            f"{config.batch_size}; lower --batch-size."
+        )
+    image_size = (config.image_size, config.image_size)
+    train_batches = pipeline.training_batches(
+        train_split.to_dataset(),
+        image_size=image_size,
+        batch_size=config.batch_size,
+        seed=config.seed,
+        num_examples=len(train_split),
+    )
+    val_batches = None
+    if len(val_split):
+        val_batches = pipeline.evaluation_batches(
+            val_split.to_dataset(), image_size=image_size, batch_size=config.batch_size
+        )
+    return _Data(
+        source=dataset.source,
+        class_names=list(dataset.class_names),
+        train=train_batches,
+        validation=val_batches,
+        train_count=len(train_split),
+        validation_count=len(val_split),
+    )
+
+
+def _augmentation(config):
+    return BatchAugmentation(
+        crop=config.crop,
+        min_scale=0.35 if config.preset == "finetune" else 0.08,
+        flip=True,
+        randaugment_ops=config.randaugment,
+        mixup=config.mixup,
+        cutmix=config.cutmix,
+        erasing=config.random_erasing,
+        seed=config.seed,
+        name="augmentation",
+    )
+
+
+def _compiled_training_model(config, classifier, total_steps, warmup_steps, execution_steps):
+    """The classifier wrapped with its augmentation, compiled with the run's recipe."""
+    on_tensorflow = keras.backend.backend() == "tensorflow"
+    model = TrainingModel(
+        classifier, _augmentation(config), xla_classifier=config.jit_compile and on_tensorflow
+    )
+    num_classes = classifier.num_classes
+    model.compile(
+        optimizer=_optimizer(config, total_steps, warmup_steps),
+        loss=keras.losses.CategoricalCrossentropy(from_logits=True, label_smoothing=config.label_smoothing),
+        metrics=[
+            keras.metrics.CategoricalAccuracy(name="accuracy"),
+            keras.metrics.TopKCategoricalAccuracy(k=min(5, num_classes), name="top5_accuracy"),
+        ],
+        # TensorFlow compiles the classifier alone (TrainingModel's xla_classifier).
+        jit_compile=config.jit_compile and not on_tensorflow,
+        steps_per_execution=execution_steps,
+    )
+    return model
+
+
+def _write_run_description(output, class_names, config):
+    write_json(os.path.join(output, "class_names.json"), class_names)
+    write_json(
+        os.path.join(output, "preprocessing.json"),
+        {
+            "image_size": [config.image_size, config.image_size],
+            "image_mean": list(config.image_mean),
+            "image_std": list(config.image_std),
+            "input_range": [0, 255],
+            "resize": "bilinear, antialiased, to image_size",
+        },
+    )
 
 
 def train(config):
@@ -301,105 +288,59 @@ def train(config):
     config.validate()
     config = _resolved(config)
     # First: MultiWorkerMirroredStrategy must be made before TensorFlow runs any op.
-    strategy = make_strategy(config.strategy)
+    where = distribute.placement(config.strategy)
     keras.utils.set_random_seed(config.seed)
-    chief = _is_chief()
     output = config.output
-
-    dataset = data.load_dataset(config.dataset, validation_split=config.validation_split, seed=config.seed)
-    class_names = list(dataset.class_names)
-    num_classes = len(class_names)
-    image_size = (config.image_size, config.image_size)
-    augmentation = pipeline.Augmentation(
-        crop=config.crop,
-        flip=True,
-        randaugment_ops=config.randaugment,
-        mixup=config.mixup,
-        cutmix=config.cutmix,
-        min_scale=0.35 if config.preset == "finetune" else 0.08,
-    )
-    train_split, val_split = dataset["train"], dataset["validation"]
-    if len(train_split) < config.batch_size:
-        raise ValueError(
-            f"{dataset.source} has {len(train_split)} training images, fewer than one batch of "
-            f"{config.batch_size}; lower --batch-size."
-        )
-    common = dict(image_size=image_size, num_classes=num_classes, seed=config.seed)
-    train_data = pipeline.make_dataset(
-        train_split.to_dataset(),
-        batch_size=config.batch_size,
-        training=True,
-        augmentation=augmentation,
-        num_examples=len(train_split),
-        **common,
-    )
-    val_data = (
-        pipeline.make_dataset(val_split.to_dataset(), batch_size=config.batch_size, training=False, **common)
-        if len(val_split)
-        else None
-    )
-
-    steps_per_epoch = config.steps_per_epoch or len(train_split) // config.batch_size
-    total_steps = steps_per_epoch * config.epochs
-    warmup_steps = min(int(config.warmup_epochs * steps_per_epoch), total_steps // 2)
-
-    with strategy.scope():
-        model = build_model(config, num_classes, class_names)
-        model.compile(
-            optimizer=_optimizer(config, total_steps, warmup_steps),
-            loss=keras.losses.CategoricalCrossentropy(
-                from_logits=True, label_smoothing=config.label_smoothing
-            ),
-            metrics=[
-                keras.metrics.CategoricalAccuracy(name="accuracy"),
-                keras.metrics.TopKCategoricalAccuracy(k=min(5, num_classes), name="top5_accuracy"),
-            ],
-            jit_compile=config.jit_compile,
-        )
-
     if os.path.exists(os.path.join(output, "history.json")):
         raise ValueError(
             f"{output} already holds a finished run (history.json); choose another --output or delete it."
         )
+
+    run_data = _read_data(config)
+    steps_per_epoch = config.steps_per_epoch or run_data.train_count // config.batch_size
+    total_steps = steps_per_epoch * config.epochs
+    warmup_steps = min(int(config.warmup_epochs * steps_per_epoch), total_steps // 2)
+    execution_steps = steps_per_execution(steps_per_epoch, config.backup_every_steps)
+
+    with where.scope():
+        classifier = build_model(config, len(run_data.class_names), run_data.class_names)
+        model = _compiled_training_model(config, classifier, total_steps, warmup_steps, execution_steps)
+
     os.makedirs(output, exist_ok=True)
-    if chief:
-        write_json(os.path.join(output, "class_names.json"), class_names)
-        write_json(
-            os.path.join(output, "preprocessing.json"),
-            {
-                "image_size": list(image_size),
-                "image_mean": list(config.image_mean),
-                "image_std": list(config.image_std),
-                "input_range": [0, 255],
-                "resize": "bilinear, antialiased, to image_size",
-            },
-        )
+    if where.chief:
+        _write_run_description(output, run_data.class_names, config)
     earlier = _merged_history(os.path.join(output, "log.csv"), {}).get("val_accuracy", [])
     best = BestModelCheckpoint(
-        os.path.join(output, "model.keras"), enabled=chief, previous_best=max(earlier, default=-math.inf)
+        os.path.join(output, "model.keras"),
+        enabled=where.chief,
+        previous_best=max(earlier, default=-math.inf),
     )
+    backup = ResumableBackup(os.path.join(output, "backup"), steps_per_epoch, config.backup_every_steps)
     callbacks = [
-        ResumableBackup(os.path.join(output, "backup"), steps_per_epoch, config.backup_every_steps),
-        StopAtStep(total_steps),
+        backup,
+        StopAtStep(total_steps, backup),
         best,
         keras.callbacks.CSVLogger(os.path.join(output, "log.csv"), append=True),
         keras.callbacks.TensorBoard(os.path.join(output, "logs"), update_freq="epoch"),
     ]
     logger.info(
-        "Training %s on %s: %d classes, %d train / %d validation images, %d epochs of %d steps.",
+        "Training %s on %s (%s backend): %d classes, %d train / %d validation images, "
+        "%d epochs of %d steps, %d steps per call.",
         config.model,
-        dataset.source,
-        num_classes,
-        len(train_split),
-        len(val_split),
+        run_data.source,
+        keras.backend.backend(),
+        len(run_data.class_names),
+        run_data.train_count,
+        run_data.validation_count,
         config.epochs,
         steps_per_epoch,
+        execution_steps,
     )
-    if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
-        _fit_under_multi_worker(model, strategy, next(iter(train_data)))
+    if where.multi_worker:
+        distribute.prepare_multi_worker_fit(model, where.strategy, next(iter(run_data.train)))
     fit = model.fit(
-        train_data.repeat() if config.steps_per_epoch else train_data,
-        validation_data=val_data,
+        run_data.train.repeat() if config.steps_per_epoch else run_data.train,
+        validation_data=run_data.validation,
         epochs=config.epochs,
         steps_per_epoch=config.steps_per_epoch,
         callbacks=callbacks,
@@ -407,21 +348,21 @@ def train(config):
         verbose=2,
     )
     history = _merged_history(os.path.join(output, "log.csv"), fit.history)
-    if best.best_epoch is None and chief:  # no validation split: keep the last model
-        atomic_write(os.path.join(output, "model.keras"), model.save)
-    final = {key: values[-1] for key, values in history.items() if values}
+    if best.best_epoch is None and where.chief:  # no validation split: keep the last model
+        atomic_write(os.path.join(output, "model.keras"), saved_model_of(model).save)
     summary = {
         "config": dataclasses.asdict(config),
+        "backend": keras.backend.backend(),
         "steps": total_steps,
-        "optimizer_steps": _step(model),
-        "final": final,
+        "optimizer_steps": optimizer_step(model),
+        "final": {key: values[-1] for key, values in history.items() if values},
         "best_val_accuracy": None if best.best_epoch is None else best.best,
         "history": history,
     }
-    if chief:
+    if where.chief:
         write_json(os.path.join(output, "history.json"), summary)
         _plot(history, os.path.join(output, "training.png"))
-    return TrainingRun(model=model, summary=summary)
+    return TrainingRun(model=classifier, training_model=model, summary=summary)
 
 
 def _merged_history(csv_path, fit_history):

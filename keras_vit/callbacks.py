@@ -1,0 +1,102 @@
+"""The callbacks a training run uses: the best model, mid-epoch backups, an exact step count.
+
+None of them reads a device value per batch: the step count is read once,
+after a backup is restored, and counted on the host from there, so the
+training loop never waits for the device between steps (Keras reads the
+logs only once per `steps_per_execution` steps).
+"""
+
+import math
+import os
+
+import keras
+
+from keras_vit.files import atomic_write
+
+
+def optimizer_step(model):
+    """The optimizer's step count, also for a distributed (mirrored) variable. Reads the device."""
+    return int(keras.ops.convert_to_numpy(model.optimizer.iterations))
+
+
+def saved_model_of(model):
+    """What a run saves: the classifier inside a `TrainingModel`, else the model itself."""
+    return getattr(model, "classifier", model)
+
+
+class BestModelCheckpoint(keras.callbacks.Callback):
+    """Saves the model with the best validation accuracy, atomically, on the chief only."""
+
+    def __init__(self, path, monitor="val_accuracy", enabled=True, previous_best=-math.inf):
+        super().__init__()
+        self.path, self.monitor, self.enabled = path, monitor, enabled
+        self.best = previous_best  # from the attempts before a restart
+        self.best_epoch = None if previous_best == -math.inf else -1
+
+    def on_epoch_end(self, epoch, logs=None):
+        value = (logs or {}).get(self.monitor)
+        if value is None or value <= self.best:
+            return
+        self.best, self.best_epoch = value, epoch
+        if self.enabled:
+            atomic_write(self.path, saved_model_of(self.model).save)
+
+
+class ResumableBackup(keras.callbacks.BackupAndRestore):
+    """`BackupAndRestore` that resumes in the epoch the restored step count is in.
+
+    Keras records the epoch at backup time, which for a backup taken on an
+    epoch's last batch is the epoch already finished: it would be replayed
+    whole. The optimizer's step count says exactly where the run was.
+    """
+
+    def __init__(self, backup_dir, steps_per_epoch, save_freq):
+        super().__init__(backup_dir, save_freq=save_freq, double_checkpoint=True)
+        self.steps_per_epoch = steps_per_epoch
+        self.restored_step = 0
+
+    def _load_model(self):
+        super()._load_model()
+        if os.path.exists(self._weights_path):
+            self.restored_step = optimizer_step(self.model)
+            self.model._initial_epoch = self.restored_step // self.steps_per_epoch
+
+
+class StopAtStep(keras.callbacks.Callback):
+    """Ends training after exactly `total_steps` optimizer steps.
+
+    Keras' `BackupAndRestore` restores a mid-epoch backup (weights and the
+    optimizer's step count) but replays the interrupted epoch from its first
+    batch. Stopping on the step count makes a resumed run end after the same
+    number of steps as an uninterrupted one: its last epoch is cut short by
+    the batches that were replayed. The count starts from the restored step
+    (`backup.restored_step`, read once) and goes on from Keras' batch index.
+    """
+
+    def __init__(self, total_steps, backup):
+        super().__init__()
+        self.total_steps = total_steps
+        self.backup = backup
+        self.step = 0
+        self._epoch_start = 0
+
+    def on_train_begin(self, logs=None):
+        self.step = self.backup.restored_step
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._epoch_start = self.step
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.step = self._epoch_start + batch + 1
+        if self.step >= self.total_steps:
+            self.model.stop_training = True
+
+
+def steps_per_execution(steps_per_epoch, backup_every_steps, limit=32):
+    """Steps Keras runs per call of the compiled function, without losing an exact stop.
+
+    The largest count up to `limit` that divides both the epoch and the backup
+    interval: backups and the last step then fall on a call's boundary, and the
+    host reads the logs once per call instead of once per step.
+    """
+    return max(d for d in range(1, limit + 1) if steps_per_epoch % d == 0 and backup_every_steps % d == 0)

@@ -1,0 +1,140 @@
+"""Where a run trains: `tf.distribute` strategies on TensorFlow, `keras.distribution` on JAX.
+
+`placement(name)` turns `--strategy` into a `Placement` for the active Keras
+backend. On TensorFlow: one device, `MirroredStrategy` over the local GPUs,
+or `MultiWorkerMirroredStrategy` across processes (`TF_CONFIG`). On JAX:
+one device, or `keras.distribution.DataParallel` over the local devices
+(`mirrored`, and `auto` with more than one), which splits each global batch.
+"""
+
+import contextlib
+import dataclasses
+import json
+import os
+
+import keras
+
+STRATEGIES = ("auto", "mirrored", "multi-worker", "one-device")
+
+
+@dataclasses.dataclass
+class Placement:
+    """A strategy for the active backend: `scope()` to build in, and whether this process writes."""
+
+    name: str
+    strategy: object = None  # the tf.distribute strategy, on TensorFlow
+    distribution: object = None  # the keras.distribution, on JAX
+    chief: bool = True
+
+    def scope(self):
+        return self.strategy.scope() if self.strategy is not None else contextlib.nullcontext()
+
+    @property
+    def multi_worker(self):
+        return self.name == "multi-worker"
+
+
+def placement(name):
+    """The `Placement` for `--strategy name` on the active Keras backend.
+
+    On TensorFlow, call it before anything runs a TensorFlow op:
+    `MultiWorkerMirroredStrategy` must be made first.
+    """
+    if name not in STRATEGIES:
+        raise ValueError(f"Unknown strategy {name!r}; strategies: {', '.join(STRATEGIES)}.")
+    backend = keras.backend.backend()
+    if backend == "tensorflow":
+        return Placement(name, strategy=_tf_strategy(name), chief=_is_chief())
+    if backend == "jax":
+        return Placement(name, distribution=_jax_distribution(name))
+    if name not in ("auto", "one-device"):
+        raise ValueError(f"--strategy {name} needs the tensorflow or jax backend, not {backend}.")
+    return Placement(name)
+
+
+def _tf_strategy(name):
+    import tensorflow as tf
+
+    if name == "multi-worker":
+        if "TF_CONFIG" not in os.environ:
+            raise ValueError(
+                "--strategy multi-worker needs TF_CONFIG describing the cluster and this worker."
+            )
+        return tf.distribute.MultiWorkerMirroredStrategy()
+    gpus = tf.config.list_logical_devices("GPU")
+    if name == "auto":
+        return tf.distribute.MirroredStrategy() if len(gpus) > 1 else tf.distribute.get_strategy()
+    if name == "mirrored":
+        return tf.distribute.MirroredStrategy()
+    return tf.distribute.OneDeviceStrategy("/gpu:0" if gpus else "/cpu:0")
+
+
+def _jax_distribution(name):
+    if name == "multi-worker":
+        raise ValueError(
+            "--strategy multi-worker is TensorFlow's (TF_CONFIG); on JAX, start every process "
+            "with keras.distribution.initialize() and train with --strategy mirrored, or use "
+            "KERAS_BACKEND=tensorflow."
+        )
+    devices = keras.distribution.list_devices()
+    if name == "one-device" or (name == "auto" and len(devices) < 2):
+        keras.distribution.set_distribution(None)
+        return None
+    distribution = keras.distribution.DataParallel(devices=devices)
+    keras.distribution.set_distribution(distribution)
+    return distribution
+
+
+def replicas(placement_):
+    """How many parts each global batch is split into."""
+    if placement_.strategy is not None:
+        return placement_.strategy.num_replicas_in_sync
+    if placement_.distribution is not None:
+        return len(placement_.distribution.device_mesh.devices.flatten())
+    return 1
+
+
+def _is_chief():
+    """Whether this process writes the run's files (the chief, or the only worker)."""
+    tf_config = json.loads(os.environ.get("TF_CONFIG", "{}"))
+    task = tf_config.get("task", {})
+    return task.get("type", "chief") == "chief" or (
+        task.get("type") == "worker"
+        and task.get("index", 0) == 0
+        and "chief" not in tf_config.get("cluster", {})
+    )
+
+
+def prepare_multi_worker_fit(model, strategy, sample_batch):
+    """Mends two places where Keras 3's `fit` breaks under MultiWorkerMirroredStrategy
+    (tensorflow/tensorflow#72388; Keras 3.9 to 3.15 at least), for this model and process only:
+
+    - `_maybe_symbolic_build` reduces a distributed batch with `strategy.reduce`, which the
+      collective strategy cannot do eagerly: the model is built here from one local batch.
+    - `reduce_per_replica` averages every log over axis 0, and logs are scalars: scalars
+      are averaged over the workers with no axis.
+
+    Both mended paths equal Keras' own once the bug is fixed; the two-worker test guards them.
+    """
+    from keras.src.backend.tensorflow import trainer as tensorflow_trainer
+
+    with strategy.scope():
+        model._symbolic_build(data_batch=sample_batch)
+    model._maybe_symbolic_build = lambda iterator=None, data_batch=None: None
+
+    reduce_per_replica = tensorflow_trainer.reduce_per_replica
+    if getattr(reduce_per_replica, "mends_scalars", False):
+        return
+
+    def reduce_scalars_without_axis(values, strategy, reduction):
+        if reduction in ("auto", "mean") and tensorflow_trainer._collective_all_reduce_multi_worker(strategy):
+
+            def reduce(value):
+                rank = (value.values[0] if hasattr(value, "values") else value).shape.rank
+                return strategy.reduce("MEAN", value, axis=0 if rank else None)
+
+            return keras.tree.map_structure(reduce, values)
+        return reduce_per_replica(values, strategy, reduction)
+
+    reduce_scalars_without_axis.mends_scalars = True
+    tensorflow_trainer.reduce_per_replica = reduce_scalars_without_axis
