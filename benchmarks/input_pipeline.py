@@ -3,10 +3,12 @@
 The pipeline must never be what limits training: it should produce at least 3x the
 images/s the training step consumes, because on a CPU both share the same cores.
 
-- CIFAR-10: the embedded cifar10-mini's training PNGs at 32 x 32, the scratch recipe's
-  pad-and-crop + flip.
+The pipeline reads, decodes, resizes and batches; augmentation runs in the training step
+(`keras_vit.augment`), so it is not part of these figures.
+
+- CIFAR-10: the embedded cifar10-mini's training PNGs at 32 x 32 (decoded once, cached).
 - 224 x 224: the Imagenette validation JPEGs from `../shared/datasets/` when they are there
-  (else photo-sized synthetic JPEGs), the fine-tune recipe's random resized crop + flip.
+  (else photo-sized synthetic JPEGs), resized to 224.
 """
 
 import io
@@ -18,7 +20,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_vit.data import read_image_folder
-from keras_vit.pipeline import Augmentation, make_dataset
+from keras_vit.pipeline import training_batches
 
 IMAGENETTE = os.path.join(
     os.path.dirname(os.path.abspath(__file__)),
@@ -30,27 +32,21 @@ IMAGENETTE = os.path.join(
 )
 
 
-def images_per_second(pairs, image_size, augmentation, batch_size, num_classes, seconds):
+def images_per_second(pairs, image_size, batch_size, seconds):
     """Training batches as `model.fit` would pull them, after one warm-up pass over the data."""
-    dataset = make_dataset(
-        pairs, image_size=image_size, num_classes=num_classes, batch_size=batch_size,
-        training=True, augmentation=augmentation, seed=0,
-    ).repeat()  # fmt: skip
+    dataset = training_batches(pairs, image_size=image_size, batch_size=batch_size, seed=0).repeat()
     batches = iter(dataset)
     for _ in range(max(1, int(pairs.cardinality()) // batch_size)):  # fills the cache of encoded images
         next(batches)
     count, start = 0, time.perf_counter()
     while time.perf_counter() - start < seconds:
-        images, _ = next(batches)
-        count += int(images.shape[0])
+        count += int(next(batches)["images"].shape[0])
     return count / (time.perf_counter() - start)
 
 
 def cifar10(batch_size=128, seconds=10):
     train = read_image_folder("cifar10-mini")["train"]
-    return images_per_second(
-        train.to_dataset(), (32, 32), Augmentation(crop="pad", flip=True), batch_size, 10, seconds
-    )
+    return images_per_second(train.to_dataset(), (32, 32), batch_size, seconds)
 
 
 def _imagenette_pairs(limit=1000):
@@ -87,7 +83,5 @@ def images_224(batch_size=32, seconds=10):
     pairs, source = _imagenette_pairs()
     if pairs is None:
         pairs = _synthetic_jpegs()
-    rate = images_per_second(
-        pairs, (224, 224), Augmentation(crop="resized", flip=True), batch_size, 10, seconds
-    )
+    rate = images_per_second(pairs, (224, 224), batch_size, seconds)
     return rate, source

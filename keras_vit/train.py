@@ -109,18 +109,19 @@ class TrainConfig:
                 f"or let the dataset decide (classes)."
             )
 
+    def resolved(self):
+        """This config with the preset's values where the user left None."""
+        values = dataclasses.asdict(self)
+        for key, value in PRESETS[self.preset].items():
+            if values.get(key) is None:
+                values[key] = value
+        model_size = configs.get_model_config(self.model)["image_size"]
+        values["image_size"] = values["image_size"] or model_size
+        if values["crop"] is None:
+            values["crop"] = "pad" if values["image_size"] <= 64 else "resized"
+        return TrainConfig(**values)
 
-def _resolved(config):
-    """The config with the preset's values where the user left None."""
-    values = dataclasses.asdict(config)
-    for key, value in PRESETS[config.preset].items():
-        if values.get(key) is None:
-            values[key] = value
-    model_size = configs.get_model_config(config.model)["image_size"]
-    values["image_size"] = values["image_size"] or model_size
-    if values["crop"] is None:
-        values["crop"] = "pad" if values["image_size"] <= 64 else "resized"
-    return TrainConfig(**values)
+
 
 
 def build_model(config, num_classes, class_names):
@@ -243,8 +244,9 @@ def _augmentation(config):
     )
 
 
-def _compiled_training_model(config, classifier, total_steps, warmup_steps, execution_steps):
-    """The classifier wrapped with its augmentation, compiled with the run's recipe."""
+def compile_training_model(config, classifier, total_steps, warmup_steps, execution_steps):
+    """The classifier wrapped with its augmentation (a `TrainingModel`), compiled with the
+    recipe of a resolved `config` (`config.resolved()`); build it inside the strategy's scope."""
     on_tensorflow = keras.backend.backend() == "tensorflow"
     model = TrainingModel(
         classifier, _augmentation(config), xla_classifier=config.jit_compile and on_tensorflow
@@ -286,7 +288,7 @@ def train(config):
     of steps as an uninterrupted run.
     """
     config.validate()
-    config = _resolved(config)
+    config = config.resolved()
     # First: MultiWorkerMirroredStrategy must be made before TensorFlow runs any op.
     where = distribute.placement(config.strategy)
     keras.utils.set_random_seed(config.seed)
@@ -304,7 +306,7 @@ def train(config):
 
     with where.scope():
         classifier = build_model(config, len(run_data.class_names), run_data.class_names)
-        model = _compiled_training_model(config, classifier, total_steps, warmup_steps, execution_steps)
+        model = compile_training_model(config, classifier, total_steps, warmup_steps, execution_steps)
 
     os.makedirs(output, exist_ok=True)
     if where.chief:

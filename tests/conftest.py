@@ -39,6 +39,22 @@ def _float32_policy():
 
 
 @pytest.fixture(scope="session")
+def colors_dataset(tmp_path_factory):
+    """3 classes x 24 images of 32x32: a colour per class plus noise, so a tiny ViT can learn it."""
+    from PIL import Image
+
+    root = tmp_path_factory.mktemp("colors")
+    rng = np.random.default_rng(0)
+    for label, name in enumerate(("red", "green", "blue")):
+        os.makedirs(root / name)
+        for i in range(24):
+            image = rng.integers(0, 80, size=(32, 32, 3), dtype=np.uint8)
+            image[..., label] += 150
+            Image.fromarray(image).save(root / name / f"{i:02d}.png")
+    return str(root)
+
+
+@pytest.fixture(scope="session")
 def image_folder(tmp_path_factory):
     """20 real CIFAR-10 test images from the embedded dataset, as PNG files."""
     from keras_vit import data

@@ -89,3 +89,45 @@ def test_the_report_writes_its_files(monkeypatch, tmp_path):
     table = (tmp_path / "results.md").read_text()
     assert "| config A: keras_vit >= 1.3x timm | 0.84x | no |" in table
     assert "| tflite_fp32 | 16.6 |  |" in table
+
+
+def test_gpu_benchmark_says_in_one_line_that_there_is_no_gpu_and_exits_0():
+    import subprocess
+
+    result = subprocess.run(
+        [sys.executable, os.path.join(BENCHMARKS, "gpu.py")],
+        capture_output=True, text=True, timeout=120,
+        env=dict(os.environ, KERAS_BACKEND="jax", TF_CPP_MIN_LOG_LEVEL="3"),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip().splitlines() == [
+        "benchmarks/gpu.py: no GPU found (JAX sees none); nothing measured."
+    ]
+
+
+def test_gpu_benchmark_measures_each_side_and_writes_its_report_at_tiny_sizes(tmp_path):
+    """The GPU run's code paths on the CPU, so the next GPU session does not meet a bug."""
+    import json
+
+    import gpu
+
+    rate, classifier = gpu.keras_vit_rate("tiny", batch=4, steps=2, epochs=2, precision="float32")
+    timm = gpu.timm_rate("tiny", batch=4, steps=1, epochs=2, device="cpu")
+    assert rate > 0 and timm > 0 and classifier.num_classes == gpu.NUM_CLASSES
+    flops = 3 * 10**6
+    row = {"architecture": "tiny", "batch": 4, "training_flops_per_image": flops}
+    row["keras_vit"] = gpu._row("keras_vit", rate, flops, 1.0)
+    row["keras_hub"] = gpu._row("keras_hub", None, flops, 1.0)
+    row["timm"] = gpu._row("timm", timm, flops, 1.0)
+    assert row["keras_vit"]["mfu"] == pytest.approx(rate * flops / 1e12)
+    summary = {
+        "gpu": "test", "bf16_spec_tflops": 1.0, "bf16_matmul_peak_tflops": 0.5,
+        "speedup_gpu_train_vs_timm": rate / timm, "gpu_train_mfu": row["keras_vit"]["mfu"],
+        "gpu_augmentation_cost": 0.05, "training": [row],
+        "augmentation": {"plain": 100.0, "augmented": 95.0, "cost": 0.05},
+    }  # fmt: skip
+    gpu.write_report(summary, str(tmp_path))
+    assert json.loads((tmp_path / "gpu.json").read_text())["speedup_gpu_train_vs_timm"] == rate / timm
+    report = (tmp_path / "gpu.md").read_text()
+    assert "| tiny | 4 |" in report and "not installed" in report and "cost 5.0%" in report
+    assert gpu.bf16_spec("NVIDIA H100 80GB HBM3") == 989.0 and gpu.bf16_spec("Some CPU") is None

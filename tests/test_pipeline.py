@@ -19,38 +19,43 @@ def test_training_batches_mix_all_classes_even_when_files_are_sorted():
     # 12 classes x 1,000 = 12,000 images, more than a 10,000-image shuffle buffer holds:
     # a partial shuffle would leave the last classes out of the first batches.
     pairs = _sorted_by_class(classes=12, per_class=1000)
-    batches = pipeline.make_dataset(
-        pairs, image_size=(8, 8), num_classes=12, batch_size=32, training=True, seed=0
-    )
+    batches = pipeline.training_batches(pairs, image_size=(8, 8), batch_size=32, seed=0)
     seen = np.zeros(12)
-    for images, labels in batches.take(4):
-        seen += labels.numpy().sum(axis=0)
-        assert images.shape == (32, 8, 8, 3) and images.dtype == tf.float32
+    for batch in batches.take(4):
+        seen += np.bincount(batch["labels"].numpy(), minlength=12)
+        assert batch["images"].shape == (32, 8, 8, 3) and batch["images"].dtype == tf.uint8
     assert (seen > 0).all(), seen
 
 
-def test_a_seed_makes_the_augmented_stream_repeatable():
-    augmentation = pipeline.Augmentation(crop="pad", flip=True, randaugment_ops=2, mixup=0.8, cutmix=1.0)
+def test_training_batches_reshuffle_each_epoch_repeatably_with_either_cache(monkeypatch):
+    """Small datasets keep decoded uint8 images in memory; big ones keep the encoded files."""
+    pairs = _sorted_by_class(per_class=40)
 
-    def first_batches(seed):
-        batches = pipeline.make_dataset(
-            _sorted_by_class(per_class=40), image_size=(8, 8), num_classes=4, batch_size=16,
-            training=True, augmentation=augmentation, seed=seed,
-        )  # fmt: skip
-        return [x.numpy() for x, _ in batches.take(2)]
+    def epochs(dataset):
+        return [np.concatenate([b["labels"].numpy() for b in dataset]) for _ in range(2)]
 
-    one, two, other = first_batches(1), first_batches(1), first_batches(2)
-    for a, b in zip(one, two, strict=True):
-        np.testing.assert_array_equal(a, b)
-    assert not np.array_equal(one[0], other[0])
+    one, two = epochs(pipeline.training_batches(pairs, image_size=(8, 8), batch_size=16, seed=1))
+    assert sorted(one) == sorted(two) and not np.array_equal(one, two)  # reshuffled, same images
+    again = epochs(pipeline.training_batches(pairs, image_size=(8, 8), batch_size=16, seed=1))
+    np.testing.assert_array_equal(one, again[0])  # a seed repeats the order
+    monkeypatch.setattr(pipeline, "DECODED_CACHE_BYTES", 100)  # too small: encoded cache
+    big = pipeline.training_batches(pairs, image_size=(8, 8), batch_size=16, seed=1)
+    assert sorted(np.concatenate([b["labels"].numpy() for b in big])) == sorted(one)
+
+
+def test_training_batches_resize_to_uint8_as_evaluation_resizes():
+    image = np.random.default_rng(0).integers(0, 256, (20, 12, 3), dtype=np.uint8)
+    pairs = tf.data.Dataset.from_tensor_slices(([tf.io.encode_png(image).numpy()] * 2, [0, 1]))
+    trained = next(iter(pipeline.training_batches(pairs, image_size=(8, 8), batch_size=2, seed=0)))
+    evaluated = next(iter(pipeline.evaluation_batches(pairs, image_size=(8, 8), batch_size=2)))
+    assert trained["images"].dtype == tf.uint8 and evaluated["images"].dtype == tf.float32
+    np.testing.assert_allclose(trained["images"].numpy()[0], evaluated["images"].numpy()[0], atol=0.5)
 
 
 def test_evaluation_keeps_order_and_resizes_grayscale_to_rgb():
     gray = [tf.io.encode_png(np.full((10, 6, 1), v, np.uint8)).numpy() for v in (0, 128, 255)]
     pairs = tf.data.Dataset.from_tensor_slices((gray, [0, 1, 2]))
-    (images, labels), *_ = list(
-        pipeline.make_dataset(pairs, image_size=(4, 4), num_classes=3, batch_size=8, training=False)
-    )
-    assert images.shape == (3, 4, 4, 3)
-    np.testing.assert_allclose(images.numpy()[:, 0, 0, 0], [0, 128, 255], atol=1e-3)
-    np.testing.assert_array_equal(labels.numpy(), np.eye(3))
+    (batch,) = list(pipeline.evaluation_batches(pairs, image_size=(4, 4), batch_size=8))
+    assert batch["images"].shape == (3, 4, 4, 3)
+    np.testing.assert_allclose(batch["images"].numpy()[:, 0, 0, 0], [0, 128, 255], atol=1e-3)
+    np.testing.assert_array_equal(batch["labels"].numpy(), [0, 1, 2])

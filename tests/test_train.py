@@ -11,25 +11,10 @@ import time
 import keras
 import numpy as np
 import pytest
-import tensorflow as tf
 
 from keras_vit.train import TrainConfig, train
 
 TINY_MODEL = dict(hidden_dim=32, depth=2, num_heads=4, mlp_dim=64)
-
-
-@pytest.fixture(scope="module")
-def colors_dataset(tmp_path_factory):
-    """3 classes x 24 images of 32x32: a colour per class plus noise, so a tiny ViT can learn it."""
-    root = tmp_path_factory.mktemp("colors")
-    rng = np.random.default_rng(0)
-    for label, name in enumerate(("red", "green", "blue")):
-        os.makedirs(root / name)
-        for i in range(24):
-            image = rng.integers(0, 80, size=(32, 32, 3), dtype=np.uint8)
-            image[..., label] += 150
-            (root / name / f"{i:02d}.png").write_bytes(tf.io.encode_png(image).numpy())
-    return str(root)
 
 
 def _config(dataset, output, **changes):
@@ -72,7 +57,10 @@ def test_train_writes_a_complete_run_folder_and_learns(colors_dataset, tmp_path)
     red = np.zeros((1, 32, 32, 3), np.float32)
     red[..., 0] = 230
     assert model.class_names[int(np.argmax(model.predict(red, verbose=0)))] == "red"
-    assert run.model.optimizer.weight_decay == 0.05
+    assert run.training_model.optimizer.weight_decay == 0.05
+    # The saved model is the classifier alone: no augmentation layer travels with it.
+    assert not [layer for layer in model.layers if "augment" in layer.name.lower()]
+    assert "BatchAugmentation" not in json.dumps(model.get_config())
     assert oct(os.stat(tmp_path / "run" / "class_names.json").st_mode & 0o777) != oct(0o600)
 
 
@@ -112,8 +100,8 @@ def test_evaluate_scores_the_run_on_its_own_validation_split(colors_dataset, tmp
 
 def test_weight_decay_skips_norms_biases_and_embeddings(colors_dataset, tmp_path):
     run = train(_config(colors_dataset, tmp_path / "run", epochs=1))
-    optimizer = run.model.optimizer
-    decayed = {v.path for v in run.model.trainable_variables if optimizer._use_weight_decay(v)}
+    optimizer = run.training_model.optimizer
+    decayed = {v.path for v in run.training_model.trainable_variables if optimizer._use_weight_decay(v)}
     assert any("qkv/kernel" in p for p in decayed) and any("head/kernel" in p for p in decayed)
     for excluded in ("gamma", "beta", "bias", "cls_token", "position_embedding"):
         assert not any(excluded in p.rsplit("/", 1)[-1] for p in decayed), excluded
@@ -239,8 +227,8 @@ config = TrainConfig(**json.loads(sys.argv[1]))
 strategy = sys.argv[2]
 if strategy == "mirrored":
     config.strategy = "mirrored"
-    import keras_vit.train as t
-    t.make_strategy = lambda name: tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    import keras_vit.distribute as d
+    d._tf_strategy = lambda name: tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
 run = train(config)
 print(json.dumps(run.summary["history"]["loss"]))
 """
@@ -302,7 +290,7 @@ def test_multi_worker_training_ends_with_the_same_weights_on_both_workers(colors
     for index in range(2):
         config = dict(
             dataset=colors_dataset, output=str(tmp_path / f"worker{index}"), epochs=2, batch_size=8,
-            validation_split=0.25, overrides=TINY_MODEL, jit_compile=False, strategy="multi-worker",
+            validation_split=0.25, overrides=TINY_MODEL, strategy="multi-worker",  # XLA on: the default
         )  # fmt: skip
         tf_config = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
         env = dict(os.environ, TF_CONFIG=json.dumps(tf_config), TF_CPP_MIN_LOG_LEVEL="3")
@@ -343,3 +331,48 @@ def test_tensorflow_datasets_names_train_and_evaluate_without_downloading(tmp_pa
         assert main(["evaluate", str(tmp_path / "run"), "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
     assert result["dataset"] == "tfds:cifar10" and result["split"] == "test" and result["count"] == 24
+
+
+MATRIX = """
+import json, sys
+import numpy as np
+import tensorflow as tf
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+import keras_vit.distribute as d
+from keras_vit.train import TrainConfig, train
+d._tf_strategy = lambda name: tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+results = {}
+for strategy in ("one-device", "mirrored"):
+    for precision in ("float32", "mixed_bfloat16", "mixed_float16"):
+        for xla in (True, False):
+            key = f"{strategy}/{precision}/{'xla' if xla else 'graph'}"
+            config = TrainConfig(**json.loads(sys.argv[1]), strategy=strategy, precision=precision,
+                                 jit_compile=xla, output=f"{sys.argv[2]}/{key.replace('/', '-')}")
+            if strategy == "one-device":
+                d._tf_strategy = lambda name: tf.distribute.OneDeviceStrategy("/cpu:0")
+            else:
+                d._tf_strategy = lambda name: tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+            summary = train(config).summary
+            results[key] = [summary["optimizer_steps"], summary["history"]["loss"][-1]]
+print(json.dumps(results))
+"""
+
+
+def test_every_strategy_precision_and_xla_combination_trains(colors_dataset, tmp_path):
+    """One device and mirrored over 2 logical CPUs, x float32 / mixed_bfloat16 / mixed_float16
+    (loss scaling), x XLA on / off, with augmentation on: a few steps each, finite losses.
+    (Multi-worker over two processes: the test below, with the default XLA on.)"""
+    config = dict(
+        dataset=colors_dataset, epochs=1, batch_size=8, steps_per_epoch=2, validation_split=0.0,
+        overrides=TINY_MODEL, mixup=0.8, cutmix=1.0, random_erasing=0.25, backup_every_steps=2,
+    )  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-c", MATRIX, json.dumps(config), str(tmp_path)],
+        capture_output=True, text=True, timeout=600, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    results = json.loads(result.stdout.strip().splitlines()[-1])
+    assert len(results) == 12
+    for key, (steps, loss) in results.items():
+        assert steps == 2 and np.isfinite(loss), key

@@ -1,0 +1,112 @@
+"""JAX as a training backend: the same CLI, run folder, resume and evaluation; exports under TensorFlow.
+
+Each case runs in its own processes with `KERAS_BACKEND=jax` (Keras reads the
+backend once per process), on the CPU, with the suite's tiny model.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+pytest.importorskip("jax")
+
+TINY_MODEL = dict(hidden_dim=32, depth=2, num_heads=4, mlp_dim=64)
+TINY_FLAGS = [f"--override={k}={v}" for k, v in TINY_MODEL.items()]
+
+
+def _env(backend, **extra):
+    return dict(os.environ, KERAS_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="3", **extra)
+
+
+def _cli(*args):
+    return [sys.executable, "-m", "keras_vit", *args]
+
+
+def test_jax_trains_resumes_after_sigkill_evaluates_and_exports_under_tensorflow(colors_dataset, tmp_path):
+    run = tmp_path / "run"
+    train = _cli(
+        "train", "--dataset", colors_dataset, "--output", str(run), "--epochs", "6", "--batch-size", "8",
+        "--validation-split", "0.25", "--backup-every-steps", "2", "--learning-rate", "3e-3", *TINY_FLAGS,
+    )  # fmt: skip
+    process = subprocess.Popen(train, env=_env("jax"), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    log = run / "log.csv"
+    deadline = time.time() + 240
+    while time.time() < deadline and process.poll() is None:
+        if log.exists() and len(log.read_text().splitlines()) >= 3:  # header + 2 epochs done
+            break
+        time.sleep(0.2)
+    assert process.poll() is None, "the run ended before it could be killed"
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert os.listdir(run / "backup") and not (run / "history.json").exists()
+
+    finished = subprocess.run(train, env=_env("jax"), capture_output=True, text=True, timeout=300)
+    assert finished.returncode == 0, finished.stderr[-3000:]
+    summary = json.loads((run / "history.json").read_text())
+    assert summary["backend"] == "jax"
+    assert summary["optimizer_steps"] == summary["steps"] == 6 * (54 // 8)
+    assert len(summary["history"]["loss"]) == 6
+    assert {"model.keras", "class_names.json", "preprocessing.json", "training.png"} <= set(os.listdir(run))
+
+    evaluated = subprocess.run(
+        _cli("evaluate", str(run), "--json"), env=_env("jax"), capture_output=True, text=True, timeout=120
+    )
+    assert evaluated.returncode == 0, evaluated.stderr[-3000:]
+    assert json.loads(evaluated.stdout)["top1"] >= 0.9  # three colours are easy
+
+    # The .keras written under JAX exports under TensorFlow, verified against Keras.
+    exported = subprocess.run(
+        _cli("export", str(run), "--output", str(tmp_path / "exports"), "--format", "saved_model,tflite",
+             "--quantize", "none", "--json"),
+        env=_env("tensorflow"), capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert exported.returncode == 0, exported.stderr[-3000:]
+    verification = json.loads(exported.stdout)["verification"]
+    assert verification["passed"] and verification["results"]["tflite_fp32"]["meets_target"]
+
+
+DATA_PARALLEL = """
+import json, sys
+from keras_vit.train import TrainConfig, train
+run = train(TrainConfig(**json.loads(sys.argv[1])))
+print(json.dumps({"loss": run.summary["history"]["loss"], "devices": __import__("jax").device_count()}))
+"""
+
+
+def test_data_parallel_over_two_devices_matches_one_device(colors_dataset, tmp_path):
+    """`--strategy mirrored` on JAX splits the global batch of 8 over two CPU devices
+    (keras.distribution.DataParallel): the losses equal one device's to 1e-4."""
+    losses = {}
+    for strategy in ("one-device", "mirrored"):
+        config = dict(
+            dataset=colors_dataset, output=str(tmp_path / strategy), epochs=2, batch_size=8,
+            validation_split=0.25, overrides=TINY_MODEL, crop="none", drop_path_rate=0.0,
+            strategy=strategy, clipnorm=0.05,
+        )  # fmt: skip
+        result = subprocess.run(
+            [sys.executable, "-c", DATA_PARALLEL, json.dumps(config)],
+            env=_env("jax", XLA_FLAGS="--xla_force_host_platform_device_count=2"),
+            capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr[-3000:]
+        report = json.loads(result.stdout.strip().splitlines()[-1])
+        assert report["devices"] == 2
+        losses[strategy] = report["loss"]
+    np.testing.assert_allclose(losses["mirrored"], losses["one-device"], rtol=1e-4)
+
+
+def test_multi_worker_on_jax_is_refused_up_front_with_what_to_use(colors_dataset, tmp_path):
+    result = subprocess.run(
+        _cli("train", "--dataset", colors_dataset, "--output", str(tmp_path / "run"),
+             "--strategy", "multi-worker"),
+        env=_env("jax"), capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 2
+    assert "multi-worker is TensorFlow's" in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "run").exists()
