@@ -18,12 +18,14 @@ from keras_vit.complexity import forward_flops, parameter_count, training_flops 
 from keras_vit.configs import list_models  # noqa: E402
 from keras_vit.models import ViT, create_model, resize_model  # noqa: E402
 from keras_vit.pos_embed import resample_position_embeddings  # noqa: E402
+from keras_vit.training_model import TrainingModel  # noqa: E402
 from keras_vit.weights import CheckpointMismatchError, load_weights  # noqa: E402
 
 __version__ = "0.1.0"
 
 __all__ = [
     "CheckpointMismatchError",
+    "TrainingModel",
     "ViT",
     "create_model",
     "forward_flops",
