@@ -122,8 +122,6 @@ class TrainConfig:
         return TrainConfig(**values)
 
 
-
-
 def build_model(config, num_classes, class_names):
     """The ViT for a run: named config, overrides, optional pretrained weights."""
     arguments = dict(
