@@ -6,10 +6,8 @@ backend once per process), on the CPU, with the suite's tiny model.
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
@@ -28,22 +26,15 @@ def _cli(*args):
     return [sys.executable, "-m", "keras_vit", *args]
 
 
-def test_jax_trains_resumes_after_sigkill_evaluates_and_exports_under_tensorflow(colors_dataset, tmp_path):
+def test_jax_trains_resumes_after_sigkill_evaluates_and_exports_under_tensorflow(
+    colors_dataset, tmp_path, kill_after_two_epochs
+):
     run = tmp_path / "run"
     train = _cli(
         "train", "--dataset", colors_dataset, "--output", str(run), "--epochs", "6", "--batch-size", "8",
         "--validation-split", "0.25", "--backup-every-steps", "2", "--learning-rate", "3e-3", *TINY_FLAGS,
     )  # fmt: skip
-    process = subprocess.Popen(train, env=_env("jax"), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    log = run / "log.csv"
-    deadline = time.time() + 240
-    while time.time() < deadline and process.poll() is None:
-        if log.exists() and len(log.read_text().splitlines()) >= 3:  # header + 2 epochs done
-            break
-        time.sleep(0.2)
-    assert process.poll() is None, "the run ended before it could be killed"
-    process.send_signal(signal.SIGKILL)
-    process.wait()
+    kill_after_two_epochs(train, _env("jax"), run)
     assert os.listdir(run / "backup") and not (run / "history.json").exists()
 
     finished = subprocess.run(train, env=_env("jax"), capture_output=True, text=True, timeout=300)

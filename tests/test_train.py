@@ -132,7 +132,9 @@ def _cli(*args):
     return _cli_command("train", *args)
 
 
-def test_a_run_killed_mid_epoch_resumes_to_the_same_number_of_steps(colors_dataset, tmp_path):
+def test_a_run_killed_mid_epoch_resumes_to_the_same_number_of_steps(
+    colors_dataset, tmp_path, kill_after_two_epochs
+):
     output = tmp_path / "run"
     command = _cli(
         "--dataset", colors_dataset, "--output", str(output), "--epochs", "12", "--batch-size", "8",
@@ -140,16 +142,7 @@ def test_a_run_killed_mid_epoch_resumes_to_the_same_number_of_steps(colors_datas
         *[f"--override={k}={v}" for k, v in TINY_MODEL.items()],
     )  # fmt: skip
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-    process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    log = output / "log.csv"
-    deadline = time.time() + 240
-    while time.time() < deadline and process.poll() is None:
-        if log.exists() and len(log.read_text().splitlines()) >= 3:  # header + 2 epochs done
-            break
-        time.sleep(0.2)
-    assert process.poll() is None, "the run ended before it could be killed"
-    process.send_signal(signal.SIGKILL)
-    process.wait()
+    kill_after_two_epochs(command, env, output)
     assert not (output / "history.json").exists()
     assert os.listdir(output / "backup")
 
