@@ -222,7 +222,8 @@ def _add_train_arguments(parser):
         choices=("resized", "pad", "none"),
         help="random crop (default: pad up to 64px, else resized)",
     )
-    add("--randaugment", type=int, help="RandAugment operations per image; 0 (default) is off")
+    add("--flip", action=argparse.BooleanOptionalAction, help="random horizontal flips (default on)")
+    add("--randaugment", type=int, help="RandAugment operations (drawn per batch); 0 (default) is off")
     add("--mixup", type=float, help="MixUp alpha; 0 (default) is off")
     add("--cutmix", type=float, help="CutMix alpha; 0 (default) is off")
     add("--random-erasing", type=float, help="RandomErasing probability per image; 0 (default) is off")

@@ -33,6 +33,21 @@ class Placement:
     def multi_worker(self):
         return self.name == "multi-worker"
 
+    @property
+    def steps_per_call_limit(self):
+        """Most training steps Keras may run per compiled call (`steps_per_execution`).
+
+        One under a mirrored TensorFlow strategy: Keras 3 loops over steps with a
+        `tf.cond` in the replica context, which fails there ("You must feed a value
+        for placeholder tensor", keras-team/keras#19246; Keras 3.15, TF 2.21).
+        """
+        if self.strategy is None:
+            return 32
+        import tensorflow as tf
+
+        mirrored = (tf.distribute.MirroredStrategy, tf.distribute.MultiWorkerMirroredStrategy)
+        return 1 if isinstance(self.strategy, mirrored) else 32
+
 
 def placement(name):
     """The `Placement` for `--strategy name` on the active Keras backend.

@@ -63,6 +63,7 @@ class TrainConfig:
     image_size: int | None = None
     validation_split: float = 0.1
     crop: str | None = None
+    flip: bool = True
     randaugment: int = 0
     mixup: float = 0.0
     cutmix: float = 0.0
@@ -232,7 +233,7 @@ def _augmentation(config):
     return BatchAugmentation(
         crop=config.crop,
         min_scale=0.35 if config.preset == "finetune" else 0.08,
-        flip=True,
+        flip=config.flip,
         randaugment_ops=config.randaugment,
         mixup=config.mixup,
         cutmix=config.cutmix,
@@ -300,7 +301,9 @@ def train(config):
     steps_per_epoch = config.steps_per_epoch or run_data.train_count // config.batch_size
     total_steps = steps_per_epoch * config.epochs
     warmup_steps = min(int(config.warmup_epochs * steps_per_epoch), total_steps // 2)
-    execution_steps = steps_per_execution(steps_per_epoch, config.backup_every_steps)
+    execution_steps = steps_per_execution(
+        steps_per_epoch, config.backup_every_steps, limit=where.steps_per_call_limit
+    )
 
     with where.scope():
         classifier = build_model(config, len(run_data.class_names), run_data.class_names)
@@ -377,4 +380,11 @@ def _merged_history(csv_path, fit_history):
             if row.get("epoch", "").isdigit():
                 by_epoch[int(row["epoch"])] = row  # a rerun epoch replaces its earlier row
     keys = [k for k in next(iter(by_epoch.values()), {}) if k != "epoch"]
-    return {k: [float(by_epoch[e][k]) for e in sorted(by_epoch) if by_epoch[e].get(k)] for k in keys}
+    history = {}
+    for key in keys:
+        # CSVLogger writes NA for a metric an epoch lacks, and adds val_ columns even with no validation.
+        values = [by_epoch[e].get(key) for e in sorted(by_epoch)]
+        values = [float(v) for v in values if v not in (None, "", "NA")]
+        if values:
+            history[key] = values
+    return history
