@@ -4,9 +4,9 @@
 one-hot labels and applies, in order: a random crop (pad-and-crop or random
 resized crop), a horizontal flip, RandAugment, MixUp or CutMix, and
 RandomErasing. Flip, RandAugment, MixUp, CutMix and RandomErasing are Keras'
-core layers; the crops are written here with `keras.ops`, because
-`keras.layers.RandomCrop` cannot run under `jax.jit` (its slice bounds are
-traced values).
+core layers (RandAugment drawing its operations per image, not per batch);
+the crops are written here with `keras.ops`, because `keras.layers.RandomCrop`
+cannot run under `jax.jit` (its slice bounds are traced values).
 
 Every random draw is seeded from `(seed, step, draw)`, where `step` is a
 counter the layer keeps as a weight: a run restored from a backup draws
@@ -57,6 +57,43 @@ class _StepSeeds(keras.random.SeedGenerator):
         first = ops.cast(self.base_seed % 1_000_003, "int32") + replica * 1_000_003
         second = step * 1024 + self.draws
         return ops.cast(ops.stack([first, second]), self.state.dtype)  # the backend's seed dtype
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class PerImageRandAugment(keras.layers.RandAugment):
+    """Keras' `RandAugment` with its operations drawn for each image, as in the paper and timm.
+
+    Keras draws `num_ops` operations for a whole batch, so at batch 512 every image of
+    a step gets the same two. Keras computes every operation on the whole batch and
+    selects among them, so drawing per image costs nothing more.
+    """
+
+    def get_random_transformation(self, data, training=True, seed=None):
+        transformation = super().get_random_transformation(data, training=training, seed=seed)
+        images = data["images"] if isinstance(data, dict) else data
+        if transformation is None or len(images.shape) != 4:
+            return transformation
+        batch = self.backend.shape(images)[0]
+        transformation["layer_idxes"] = self.backend.random.randint(
+            (batch, self.num_ops),
+            0,
+            len(self._AUGMENT_LAYERS),
+            seed=self._get_seed_generator(self.backend._backend),
+        )
+        return transformation
+
+    def transform_images(self, images, transformation, training=True):
+        if not training or len(transformation["layer_idxes"].shape) != 2:
+            return super().transform_images(images, transformation, training=training)
+        numpy = self.backend.numpy
+        images = self.backend.cast(images, self.compute_dtype)
+        for i in range(self.num_ops):
+            chosen = numpy.reshape(transformation["layer_idxes"][:, i], (-1, 1, 1, 1))
+            source = images  # every operation of this round sees the round's input
+            for index, (name, parameters) in enumerate(transformation["transforms"].items()):
+                transformed = getattr(self, name).transform_images(source, parameters)
+                images = numpy.where(chosen == index, transformed, images)
+        return self.backend.cast(images, self.compute_dtype)
 
 
 def _interpolation_matrix(positions, size):
@@ -132,7 +169,7 @@ class BatchAugmentation(keras.layers.Layer):
             or `"none"`.
         min_scale: float, default 0.08. Smallest crop area for `"resized"`.
         flip: bool, default True. Random horizontal flips.
-        randaugment_ops: int, default 0. RandAugment operations per batch; 0 is off.
+        randaugment_ops: int, default 0. RandAugment operations per image; 0 is off.
         randaugment_factor: float, default 0.5. RandAugment's strength in [0, 1].
         mixup: float, default 0. MixUp's alpha; 0 is off.
         cutmix: float, default 0. CutMix's alpha; 0 is off. With both on, each
@@ -185,7 +222,7 @@ class BatchAugmentation(keras.layers.Layer):
         self.seeds = _StepSeeds(seed, self.step)
         self.flip_layer = keras.layers.RandomFlip("horizontal", seed=seed) if flip else None
         self.randaugment = (
-            keras.layers.RandAugment(
+            PerImageRandAugment(
                 value_range=(0, 255), num_ops=randaugment_ops, factor=randaugment_factor, seed=seed
             )
             if randaugment_ops

@@ -8,6 +8,7 @@ logs only once per `steps_per_execution` steps).
 
 import math
 import os
+import time
 
 import keras
 
@@ -90,6 +91,35 @@ class StopAtStep(keras.callbacks.Callback):
         self.step = self._epoch_start + batch + 1
         if self.step >= self.total_steps:
             self.model.stop_training = True
+
+
+class EpochTimer(keras.callbacks.Callback):
+    """Adds each epoch's training time and images per second to its logs (and so to log.csv).
+
+    Training time runs from the epoch's start to its validation (or its end): the
+    host has read the last step's logs by then, so the device has finished them.
+    The first epoch includes compiling.
+    """
+
+    def __init__(self, batch_size):
+        super().__init__()
+        self.batch_size = batch_size
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._start, self._stop, self._steps = time.perf_counter(), None, 0
+
+    def on_train_batch_end(self, batch, logs=None):
+        self._steps = batch + 1
+
+    def on_test_begin(self, logs=None):
+        if self._stop is None:  # the first validation of this epoch
+            self._stop = time.perf_counter()
+
+    def on_epoch_end(self, epoch, logs=None):
+        seconds = (self._stop or time.perf_counter()) - self._start
+        if logs is not None:
+            logs["train_seconds"] = seconds
+            logs["images_per_second"] = self._steps * self.batch_size / seconds
 
 
 def steps_per_execution(steps_per_epoch, backup_every_steps, limit=32):

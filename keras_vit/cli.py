@@ -205,7 +205,12 @@ def _add_train_arguments(parser):
     add("--dataset", help="an image folder or .zip of class_name/image files, or cifar10-mini (default)")
     add("--model", help="a name from `keras-vit models` (default vit_nano_patch4_32)")
     add("--output", help="the run folder (default runs/latest); rerun the same command to resume")
-    add("--preset", choices=sorted(PRESETS), help="recipe defaults: scratch (default) or finetune")
+    add(
+        "--preset",
+        choices=sorted(PRESETS),
+        help="the recipe for every setting not given: scratch (default), finetune, or small-scratch "
+        "(a plain ViT from scratch on CIFAR-10; see docs/benchmarks/cifar10.md)",
+    )
     add("--epochs", type=int)
     add("--batch-size", type=int, help="the global batch, split over replicas")
     add("--learning-rate", type=float, help="peak learning rate after warmup")
@@ -222,8 +227,9 @@ def _add_train_arguments(parser):
         choices=("resized", "pad", "none"),
         help="random crop (default: pad up to 64px, else resized)",
     )
+    add("--crop-min-scale", type=float, help="smallest area a resized crop keeps (default 0.08)")
     add("--flip", action=argparse.BooleanOptionalAction, help="random horizontal flips (default on)")
-    add("--randaugment", type=int, help="RandAugment operations (drawn per batch); 0 (default) is off")
+    add("--randaugment", type=int, help="RandAugment operations per image; 0 (default) is off")
     add("--mixup", type=float, help="MixUp alpha; 0 (default) is off")
     add("--cutmix", type=float, help="CutMix alpha; 0 (default) is off")
     add("--random-erasing", type=float, help="RandomErasing probability per image; 0 (default) is off")

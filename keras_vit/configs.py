@@ -16,6 +16,9 @@ _SIZES = {
     "huge": dict(hidden_dim=1280, depth=32, num_heads=16, mlp_dim=5120),
     # Half-depth Ti for 32 x 32 data: quick to train from scratch on a CPU.
     "mini": dict(hidden_dim=192, depth=6, num_heads=3, mlp_dim=768),
+    # ViT-S width at 7 blocks and MLP ratio 2 (8.3M parameters at patch 4): the
+    # small-scratch recipe's model for CIFAR-10.
+    "cifar": dict(hidden_dim=384, depth=7, num_heads=6, mlp_dim=768),
     # The quickstart's model: trains on cifar10-mini in minutes on 2 CPU cores.
     "nano": dict(hidden_dim=128, depth=4, num_heads=4, mlp_dim=256),
 }
@@ -52,6 +55,7 @@ MODEL_CONFIGS = {
     "vit_tiny_patch4_32": _entry("tiny", 4, 32, "ViT-Ti for 32x32 images"),
     "vit_tiny_patch2_32": _entry("tiny", 2, 32, "ViT-Ti, patch 2, for 32x32 images"),
     "vit_small_patch4_32": _entry("small", 4, 32, "ViT-S for 32x32 images"),
+    "vit_cifar_patch4_32": _entry("cifar", 4, 32, "7-block ViT-S, MLP ratio 2: CIFAR-10 from scratch"),
 }
 
 

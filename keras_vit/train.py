@@ -27,6 +27,7 @@ from keras_vit import configs, data, distribute, optimizers, pipeline
 from keras_vit.augment import BatchAugmentation
 from keras_vit.callbacks import (
     BestModelCheckpoint,
+    EpochTimer,
     ResumableBackup,
     StopAtStep,
     optimizer_step,
@@ -36,7 +37,7 @@ from keras_vit.callbacks import (
 from keras_vit.distribute import STRATEGIES
 from keras_vit.files import atomic_write, pyplot, save_figure, write_json
 from keras_vit.models import create_model
-from keras_vit.recipes import NO_DECAY, PRECISIONS, PRESETS
+from keras_vit.recipes import DEFAULTS, NO_DECAY, PRECISIONS, PRESETS
 from keras_vit.training_model import TrainingModel
 from keras_vit.weights import load_weights
 
@@ -48,27 +49,28 @@ class TrainConfig:
     """Everything a run needs; `keras-vit train` flags map one to one."""
 
     dataset: str = "cifar10-mini"
-    model: str = "vit_nano_patch4_32"
+    model: str | None = None
     output: str = "runs/latest"
     preset: str = "scratch"
-    epochs: int = 15
-    batch_size: int = 128
+    epochs: int | None = None
+    batch_size: int | None = None
     learning_rate: float | None = None
     weight_decay: float | None = None
     warmup_epochs: float | None = None
-    label_smoothing: float = 0.1
+    label_smoothing: float | None = None
     clipnorm: float = 1.0
     dropout: float = 0.0
     drop_path_rate: float | None = None
     image_size: int | None = None
-    validation_split: float = 0.1
+    validation_split: float | None = None
     crop: str | None = None
+    crop_min_scale: float | None = None
     flip: bool = True
-    randaugment: int = 0
-    mixup: float = 0.0
-    cutmix: float = 0.0
-    random_erasing: float = 0.0
-    precision: str = "float32"
+    randaugment: int | None = None
+    mixup: float | None = None
+    cutmix: float | None = None
+    random_erasing: float | None = None
+    precision: str | None = None
     jit_compile: bool = True
     strategy: str = "auto"
     weights: str | None = None
@@ -81,8 +83,7 @@ class TrainConfig:
     overrides: dict = dataclasses.field(default_factory=dict)  # more create_model arguments
 
     def validate(self):
-        if self.preset not in PRESETS:
-            raise ValueError(f"Unknown preset {self.preset!r}; presets: {sorted(PRESETS)}.")
+        """Raises ValueError for a setting no run can use; call it on a `resolved()` config."""
         if self.strategy not in STRATEGIES:
             raise ValueError(f"Unknown strategy {self.strategy!r}; strategies: {', '.join(STRATEGIES)}.")
         if self.precision not in PRECISIONS:
@@ -98,6 +99,10 @@ class TrainConfig:
                 raise ValueError(f"{name} must not be negative, got {value}.")
         if self.random_erasing > 1:
             raise ValueError(f"random_erasing is a probability in [0, 1], got {self.random_erasing}.")
+        if not 0 < self.crop_min_scale <= 1:
+            raise ValueError(
+                f"crop_min_scale is a fraction of the area in (0, 1], got {self.crop_min_scale}."
+            )
         if self.learning_rate == 0:
             raise ValueError("learning_rate must be positive.")
         # These come from their own settings or from the dataset; an override would disagree.
@@ -111,16 +116,22 @@ class TrainConfig:
             )
 
     def resolved(self):
-        """This config with the preset's values where the user left None."""
+        """This config with every setting left None taken from the preset, else from
+        `recipes.DEFAULTS`; validated."""
+        if self.preset not in PRESETS:
+            raise ValueError(f"Unknown preset {self.preset!r}; presets: {', '.join(sorted(PRESETS))}.")
         values = dataclasses.asdict(self)
-        for key, value in PRESETS[self.preset].items():
-            if values.get(key) is None:
-                values[key] = value
-        model_size = configs.get_model_config(self.model)["image_size"]
+        for source in (PRESETS[self.preset], DEFAULTS):
+            for key, value in source.items():
+                if values.get(key) is None:
+                    values[key] = value
+        model_size = configs.get_model_config(values["model"])["image_size"]
         values["image_size"] = values["image_size"] or model_size
         if values["crop"] is None:
             values["crop"] = "pad" if values["image_size"] <= 64 else "resized"
-        return TrainConfig(**values)
+        config = TrainConfig(**values)
+        config.validate()
+        return config
 
 
 def build_model(config, num_classes, class_names):
@@ -232,7 +243,7 @@ def _read_data(config):
 def _augmentation(config):
     return BatchAugmentation(
         crop=config.crop,
-        min_scale=0.35 if config.preset == "finetune" else 0.08,
+        min_scale=config.crop_min_scale,
         flip=config.flip,
         randaugment_ops=config.randaugment,
         mixup=config.mixup,
@@ -286,7 +297,6 @@ def train(config):
     resumes from the last backup (mid-epoch) and ends after the same number
     of steps as an uninterrupted run.
     """
-    config.validate()
     config = config.resolved()
     # First: MultiWorkerMirroredStrategy must be made before TensorFlow runs any op.
     where = distribute.placement(config.strategy)
@@ -323,6 +333,7 @@ def train(config):
         backup,
         StopAtStep(total_steps, backup),
         best,
+        EpochTimer(config.batch_size),  # before the CSV log, which writes what it adds
         keras.callbacks.CSVLogger(os.path.join(output, "log.csv"), append=True),
         keras.callbacks.TensorBoard(os.path.join(output, "logs"), update_freq="epoch"),
     ]

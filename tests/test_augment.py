@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_vit.augment import BatchAugmentation, pad_and_crop, random_resized_crop
+from keras_vit.augment import BatchAugmentation, PerImageRandAugment, pad_and_crop, random_resized_crop
 
 RNG = np.random.default_rng(0)
 IMAGES = RNG.integers(0, 256, (6, 16, 16, 3)).astype("float32")
@@ -83,3 +83,19 @@ def test_the_layer_saves_its_config_and_refuses_bad_settings():
         BatchAugmentation(erasing=1.5)
     with pytest.raises(ValueError, match="mixup must not be negative"):
         BatchAugmentation(mixup=-1)
+
+
+def test_randaugment_draws_its_operations_for_each_image():
+    """Each image gets the operation drawn for it: its row of the per-image draw, applied by
+    the Keras layer of that operation (Keras itself draws one operation for the whole batch)."""
+    layer = PerImageRandAugment(value_range=(0, 255), num_ops=1, factor=0.8, seed=1)
+    images = RNG.integers(0, 256, (32, 16, 16, 3)).astype("float32")
+    transformation = layer.get_random_transformation(images, training=True)
+    chosen = keras.ops.convert_to_numpy(transformation["layer_idxes"])
+    assert chosen.shape == (32, 1) and len(np.unique(chosen)) > 3
+    augmented = keras.ops.convert_to_numpy(layer.transform_images(images, transformation))
+    names = list(transformation["transforms"])
+    for j in range(len(images)):
+        name = names[chosen[j, 0]]
+        expected = getattr(layer, name).transform_images(images, transformation["transforms"][name])
+        np.testing.assert_allclose(augmented[j], keras.ops.convert_to_numpy(expected)[j], atol=1e-4)

@@ -131,3 +131,49 @@ def test_gpu_benchmark_measures_each_side_and_writes_its_report_at_tiny_sizes(tm
     report = (tmp_path / "gpu.md").read_text()
     assert "| tiny | 4 |" in report and "not installed" in report and "cost 5.0%" in report
     assert gpu.bf16_spec("NVIDIA H100 80GB HBM3") == 989.0 and gpu.bf16_spec("Some CPU") is None
+
+
+def test_the_small_scratch_recipe_is_a_plain_vit_under_10m_parameters_with_its_own_choices():
+    from keras_vit import complexity, configs
+    from keras_vit.train import TrainConfig
+
+    recipe = TrainConfig(dataset="unused", preset="small-scratch").resolved()
+    assert recipe.model == "vit_cifar_patch4_32" and configs.get_model_config(recipe.model)["patch_size"] == 4
+    assert complexity.parameter_count(recipe.model, num_classes=10) < 10_000_000
+    assert (recipe.randaugment, recipe.mixup, recipe.cutmix, recipe.random_erasing) == (2, 0.8, 1.0, 0.25)
+    assert recipe.precision == "mixed_bfloat16" and recipe.crop == "pad" and recipe.epochs >= 100
+    # A flag the user gives wins over the recipe.
+    assert TrainConfig(dataset="unused", preset="small-scratch", mixup=0.0).resolved().mixup == 0.0
+
+
+def test_the_cifar10_recipe_command_shortened_trains_scores_exports_and_reports(tmp_path):
+    """`benchmarks/cifar10_accuracy.py --recipe small-scratch`, cut to 2 steps of 32 images of a
+    small model, on the embedded cifar10-mini (the shared CIFAR-10 zip's train/ and test/ layout)."""
+    import json
+    import subprocess
+
+    from keras_vit import data
+
+    command = [
+        sys.executable, os.path.join(BENCHMARKS, "cifar10_accuracy.py"), "--recipe", "small-scratch",
+        "--source", data.embedded_dataset_path("cifar10-mini"), "--output", str(tmp_path / "run"),
+        "--report-dir", str(tmp_path / "report"), "--epochs", "1", "--steps-per-epoch", "2",
+        "--batch-size", "32", "--model", "vit_nano_patch4_32", "--verify-images", "20",
+    ]  # fmt: skip
+    result = subprocess.run(
+        command, capture_output=True, text=True, timeout=600, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads(result.stdout.strip().splitlines()[-1])
+    assert json.loads((tmp_path / "report" / "cifar10.json").read_text()) == summary
+    run_config = json.loads((tmp_path / "run" / "history.json").read_text())["config"]
+    assert run_config["preset"] == "small-scratch" and run_config["model"] == summary["model"]
+    assert run_config["precision"] == "mixed_bfloat16" and run_config["randaugment"] == 2
+    assert summary["test_images"] == 500 and 0.0 <= summary["test_top1"] <= summary["test_top5"] <= 1.0
+    assert summary["steps"] == 2 and summary["epochs"] == 1 and summary["minutes"] > 0
+    assert summary["images_per_second"] > 0 and summary["gpu"].startswith("CPU only")
+    report = (tmp_path / "report" / "cifar10.md").read_text()
+    assert "| ViT-Lite-7/4 | 3.7M | 91.38% |" in report and f"**{summary['test_top1']:.2%}**" in report
+    assert "--recipe small-scratch" in report and "Not met by this run" in report
+    assert "| tflite_int8 |" in report and "| onnx |" in report  # the export's verification table
+    assert (tmp_path / "report" / "cifar10.png").stat().st_size > 0

@@ -12,7 +12,7 @@ import keras
 import numpy as np
 import pytest
 
-from keras_vit.train import TrainConfig, train
+from keras_vit.train import TrainConfig, build_model, compile_training_model, train
 
 TINY_MODEL = dict(hidden_dim=32, depth=2, num_heads=4, mlp_dim=64)
 
@@ -99,9 +99,11 @@ def test_evaluate_scores_the_run_on_its_own_validation_split(colors_dataset, tmp
 
 
 def test_weight_decay_skips_norms_biases_and_embeddings(colors_dataset, tmp_path):
-    run = train(_config(colors_dataset, tmp_path / "run", epochs=1))
-    optimizer = run.training_model.optimizer
-    decayed = {v.path for v in run.training_model.trainable_variables if optimizer._use_weight_decay(v)}
+    config = _config(colors_dataset, tmp_path / "run", epochs=1).resolved()
+    classifier = build_model(config, 3, ["red", "green", "blue"])
+    model = compile_training_model(config, classifier, total_steps=4, warmup_steps=1, execution_steps=1)
+    optimizer = model.optimizer  # the one `train` compiles with
+    decayed = {v.path for v in model.trainable_variables if optimizer._use_weight_decay(v)}
     assert any("qkv/kernel" in p for p in decayed) and any("head/kernel" in p for p in decayed)
     for excluded in ("gamma", "beta", "bias", "cls_token", "position_embedding"):
         assert not any(excluded in p.rsplit("/", 1)[-1] for p in decayed), excluded
@@ -194,7 +196,7 @@ import json, sys
 import tensorflow as tf
 cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-from keras_vit.train import TrainConfig, train
+from keras_vit.train import TrainConfig, build_model, compile_training_model, train
 config = TrainConfig(**json.loads(sys.argv[1]))
 strategy = sys.argv[2]
 if strategy == "mirrored":
@@ -245,7 +247,7 @@ def test_mirrored_over_two_cpu_replicas_matches_one_replica_with_clipping(colors
 WORKER = """
 import json, sys
 import numpy as np
-from keras_vit.train import TrainConfig, train
+from keras_vit.train import TrainConfig, build_model, compile_training_model, train
 run = train(TrainConfig(**json.loads(sys.argv[1])))
 weights = np.concatenate([np.ravel(w) for w in run.model.get_weights()])
 np.save(sys.argv[2], weights)
@@ -317,7 +319,7 @@ import tensorflow as tf
 cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
 import keras_vit.distribute as d
-from keras_vit.train import TrainConfig, train
+from keras_vit.train import TrainConfig, build_model, compile_training_model, train
 strategy = sys.argv[3]
 if strategy == "one-device":
     d._tf_strategy = lambda name: tf.distribute.OneDeviceStrategy("/cpu:0")
