@@ -35,6 +35,7 @@ PUBLISHED = [
 ]  # fmt: skip
 TARGET_TOP1 = 0.94
 TARGET_MINUTES = 15
+INT8_TARGET_POINTS = 1.0  # full int8 may lose at most this much top-1 against Keras
 
 
 def parse_args(argv):
@@ -119,13 +120,30 @@ def train_and_score(args):
 
 
 def export_and_verify(summary, verify_images):
-    """`keras-vit export` of the run's model: the verification table, int8 included."""
+    """`keras-vit export` of the run's model: its folder, verification table and the int8 result."""
     from keras_vit.export.exporter import export_model
 
     manifest = export_model(
         summary["output"], output=os.path.join(summary["output"], "exports"), verify_images=verify_images
     )
-    return manifest["table"], manifest["folder"]
+    report = manifest["verification"]
+    int8 = report["results"].get("tflite_int8")
+    summary["export_folder"] = manifest["folder"]
+    summary["int8_accuracy_change_points"] = (
+        None if int8 is None else 100 * (int8["accuracy"] - report["keras_accuracy"])
+    )
+    return manifest["table"]
+
+
+def int8_line(summary):
+    change = summary.get("int8_accuracy_change_points")
+    if change is None:
+        return ""
+    verdict = "met" if change >= -INT8_TARGET_POINTS else "not met"
+    return (
+        f"\nFull-integer int8 against the {INT8_TARGET_POINTS:g}-point target: accuracy changes by "
+        f"{change:+.1f} points on the verification images ({verdict}).\n"
+    )
 
 
 def command_line(argv):
@@ -183,8 +201,7 @@ Goal: at least {TARGET_TOP1:.0%} top-1 on the {summary["test_images"]:,} test im
 
 ## The exported model, verified (`keras-vit export`)
 
-{export_table or "Not exported in this run."}
-"""
+{export_table}{int8_line(summary)}"""
 
 
 def main(argv=None):
@@ -193,7 +210,7 @@ def main(argv=None):
     if not os.path.isfile(args.source):
         sys.exit(f"cifar10_accuracy: {args.source} not found; see shared/datasets/README.md")
     summary = train_and_score(args)
-    export_table, summary["export_folder"] = export_and_verify(summary, args.verify_images)
+    export_table = export_and_verify(summary, args.verify_images)
     write_report(summary, export_table, command_line(argv), args.report_dir)
     print(json.dumps(summary))
     return 0

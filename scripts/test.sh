@@ -7,6 +7,7 @@ bash scripts/setup.sh dev
 .venv/bin/ruff check keras_vit export apps tests benchmarks scripts
 .venv/bin/ruff format --check keras_vit export apps tests benchmarks scripts
 export KERAS_BACKEND=tensorflow TF_CPP_MIN_LOG_LEVEL=2
-# Two workers, each test file on one (its module fixtures built once): the suite's
-# training and export tests are single-threaded for long stretches.
-exec .venv/bin/python -m pytest -n 2 --dist loadfile "$@"
+# Two workers, each test file on one (its module fixtures built once), the slowest files
+# first (tests/conftest.py orders them): the suite's training and export tests are
+# single-threaded for long stretches.
+exec .venv/bin/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder "$@"

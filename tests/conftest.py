@@ -17,6 +17,27 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
+# The slowest files first (minutes each: subprocess training runs, exports, a browser).
+# scripts/test.sh runs two pytest-xdist workers that take one file at a time, in this order
+# (--no-loadscope-reorder): a slow file left for last would run alone at the end.
+SLOWEST_FILES = (
+    "test_train.py",
+    "test_jax_backend.py",
+    "test_benchmarks.py",
+    "test_export.py",
+    "test_mobile_app.py",
+    "test_desktop_app.py",
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    def rank(item):
+        name = item.path.name
+        return SLOWEST_FILES.index(name) if name in SLOWEST_FILES else len(SLOWEST_FILES)
+
+    items.sort(key=rank)  # stable: the other files, and each file's tests, keep their order
+
+
 # dim 32, depth 2, 32 x 32 images: the suite's standard model.
 TINY = dict(image_size=32, patch_size=4, hidden_dim=32, depth=2, num_heads=4, mlp_dim=64, num_classes=10)
 

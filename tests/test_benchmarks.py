@@ -176,4 +176,5 @@ def test_the_cifar10_recipe_command_shortened_trains_scores_exports_and_reports(
     assert "| ViT-Lite-7/4 | 3.7M | 91.38% |" in report and f"**{summary['test_top1']:.2%}**" in report
     assert "--recipe small-scratch" in report and "Not met by this run" in report
     assert "| tflite_int8 |" in report and "| onnx |" in report  # the export's verification table
+    assert f"accuracy changes by {summary['int8_accuracy_change_points']:+.1f} points" in report
     assert (tmp_path / "report" / "cifar10.png").stat().st_size > 0
