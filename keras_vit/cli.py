@@ -233,6 +233,12 @@ def _add_train_arguments(parser):
     add("--mixup", type=float, help="MixUp alpha; 0 (default) is off")
     add("--cutmix", type=float, help="CutMix alpha; 0 (default) is off")
     add("--random-erasing", type=float, help="RandomErasing probability per image; 0 (default) is off")
+    add(
+        "--repeated-augmentation",
+        type=int,
+        metavar="K",
+        help="each image K times per batch, augmented apart (DeiT); 1 (default) is off",
+    )
     add("--precision", choices=PRECISIONS)
     add("--jit-compile", action=argparse.BooleanOptionalAction, help="XLA (default on)")
     add("--strategy", choices=STRATEGIES, help="auto: all GPUs mirrored, else one device")

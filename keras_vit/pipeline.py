@@ -54,7 +54,7 @@ def _count(pairs, num_examples):
     return count if count >= 0 else 10_000
 
 
-def training_batches(pairs, *, image_size, batch_size, seed=None, num_examples=None, cache=True):
+def training_batches(pairs, *, image_size, batch_size, seed=None, num_examples=None, cache=True, repeats=1):
     """Shuffled batches of `{"images": uint8, "labels": int32}` at `image_size`, for `model.fit`.
 
     Args:
@@ -68,6 +68,10 @@ def training_batches(pairs, *, image_size, batch_size, seed=None, num_examples=N
             shuffle buffer; counted if None.
         cache: keep images in memory after the first epoch: decoded when
             they take at most `DECODED_CACHE_BYTES`, else encoded.
+        repeats: repeated augmentation (Hoffer et al. 2020; DeiT): each image
+            comes `repeats` times in a row, so in one batch, where the training
+            step augments each copy differently. An epoch keeps its length, so
+            it holds a new 1/`repeats` of the images each time.
     """
     image_size = tuple(image_size)
     num_examples = _count(pairs, num_examples)
@@ -93,6 +97,12 @@ def training_batches(pairs, *, image_size, batch_size, seed=None, num_examples=N
         lambda image, label: {"images": tf.ensure_shape(image, image_size + (3,)), "labels": label},
         num_parallel_calls=AUTOTUNE,
     )
+    if repeats > 1:
+
+        def copies(item):
+            return tf.data.Dataset.from_tensors(item).repeat(repeats)
+
+        dataset = dataset.flat_map(copies).take(num_examples)
     return dataset.batch(batch_size, drop_remainder=True, num_parallel_calls=AUTOTUNE).prefetch(AUTOTUNE)
 
 

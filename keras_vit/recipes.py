@@ -20,6 +20,7 @@ DEFAULTS = dict(
     mixup=0.0,
     cutmix=0.0,
     random_erasing=0.0,
+    repeated_augmentation=1,
     precision="float32",
 )
 

@@ -70,6 +70,7 @@ class TrainConfig:
     mixup: float | None = None
     cutmix: float | None = None
     random_erasing: float | None = None
+    repeated_augmentation: int | None = None
     precision: str | None = None
     jit_compile: bool = True
     strategy: str = "auto"
@@ -89,7 +90,7 @@ class TrainConfig:
         if self.precision not in PRECISIONS:
             raise ValueError(f"Unknown precision {self.precision!r}; choose {', '.join(PRECISIONS)}.")
         configs.get_model_config(self.model)
-        for name in ("epochs", "batch_size", "backup_every_steps"):
+        for name in ("epochs", "batch_size", "backup_every_steps", "repeated_augmentation"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}.")
         not_negative = ("learning_rate", "weight_decay", "warmup_epochs", "label_smoothing", "clipnorm")
@@ -224,6 +225,7 @@ def _read_data(config):
         batch_size=config.batch_size,
         seed=config.seed,
         num_examples=len(train_split),
+        repeats=config.repeated_augmentation,
     )
     val_batches = None
     if len(val_split):

@@ -59,3 +59,18 @@ def test_evaluation_keeps_order_and_resizes_grayscale_to_rgb():
     assert batch["images"].shape == (3, 4, 4, 3)
     np.testing.assert_allclose(batch["images"].numpy()[:, 0, 0, 0], [0, 128, 255], atol=1e-3)
     np.testing.assert_array_equal(batch["labels"].numpy(), [0, 1, 2])
+
+
+def test_repeated_augmentation_puts_each_image_k_times_in_one_batch_and_keeps_the_epoch_length():
+    # 60 distinct images (label = index), batches of 12: each batch holds 4 images x 3 copies.
+    images = [tf.io.encode_png(np.full((8, 8, 3), i, np.uint8)).numpy() for i in range(60)]
+    pairs = tf.data.Dataset.from_tensor_slices((images, list(range(60))))
+    batches = pipeline.training_batches(pairs, image_size=(8, 8), batch_size=12, seed=0, repeats=3)
+    epochs = [[batch["labels"].numpy() for batch in batches] for _ in range(2)]
+    for epoch in epochs:
+        assert len(epoch) == 60 // 12  # as many steps as without repeats
+        for labels in epoch:
+            runs = labels.reshape(4, 3)
+            assert (runs == runs[:, :1]).all() and len(set(runs[:, 0])) == 4
+    first, second = (set(np.concatenate(epoch)) for epoch in epochs)
+    assert len(first) == len(second) == 20 and first != second  # a new third of the images each epoch
