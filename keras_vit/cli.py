@@ -239,6 +239,13 @@ def _add_train_arguments(parser):
         metavar="K",
         help="each image K times per batch, augmented apart (DeiT); 1 (default) is off",
     )
+    add(
+        "--ema",
+        type=float,
+        metavar="M",
+        help="validate, save and export a moving average of the weights with momentum M "
+        "(e.g. 0.9998); 0 (default) is off",
+    )
     add("--precision", choices=PRECISIONS)
     add("--jit-compile", action=argparse.BooleanOptionalAction, help="XLA (default on)")
     add("--strategy", choices=STRATEGIES, help="auto: all GPUs mirrored, else one device")

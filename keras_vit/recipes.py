@@ -21,6 +21,7 @@ DEFAULTS = dict(
     cutmix=0.0,
     random_erasing=0.0,
     repeated_augmentation=1,
+    ema=0.0,
     precision="float32",
 )
 

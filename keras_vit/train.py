@@ -71,6 +71,7 @@ class TrainConfig:
     cutmix: float | None = None
     random_erasing: float | None = None
     repeated_augmentation: int | None = None
+    ema: float | None = None  # momentum of the weights' moving average; 0 is off
     precision: str | None = None
     jit_compile: bool = True
     strategy: str = "auto"
@@ -100,6 +101,8 @@ class TrainConfig:
                 raise ValueError(f"{name} must not be negative, got {value}.")
         if self.random_erasing > 1:
             raise ValueError(f"random_erasing is a probability in [0, 1], got {self.random_erasing}.")
+        if not 0 <= self.ema < 1:
+            raise ValueError(f"ema is a momentum in [0, 1) (0 is off), got {self.ema}.")
         if not 0 < self.crop_min_scale <= 1:
             raise ValueError(
                 f"crop_min_scale is a fraction of the area in (0, 1], got {self.crop_min_scale}."
@@ -165,7 +168,11 @@ def _optimizer(config, total_steps, warmup_steps):
         alpha=0.01,
     )
     optimizer = optimizers.AdamW(  # clips the all-reduced gradient under a strategy
-        learning_rate=schedule, weight_decay=config.weight_decay, global_clipnorm=config.clipnorm or None
+        learning_rate=schedule,
+        weight_decay=config.weight_decay,
+        global_clipnorm=config.clipnorm or None,
+        use_ema=config.ema > 0,
+        ema_momentum=config.ema or 0.99,
     )
     optimizer.exclude_from_weight_decay(var_names=NO_DECAY)
     return optimizer
@@ -334,6 +341,8 @@ def train(config):
     callbacks = [
         backup,
         StopAtStep(total_steps, backup),
+        # With --ema: validate, save and keep the weights' moving average (before `best`).
+        *([keras.callbacks.SwapEMAWeights(swap_on_epoch=True)] if config.ema else []),
         best,
         EpochTimer(config.batch_size),  # before the CSV log, which writes what it adds
         keras.callbacks.CSVLogger(os.path.join(output, "log.csv"), append=True),

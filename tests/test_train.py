@@ -64,6 +64,30 @@ def test_train_writes_a_complete_run_folder_and_learns(colors_dataset, tmp_path)
     assert oct(os.stat(tmp_path / "run" / "class_names.json").st_mode & 0o777) != oct(0o600)
 
 
+def test_ema_validates_saves_and_returns_the_moving_average_of_the_weights(colors_dataset, tmp_path):
+    """At momentum 0.999 over 6 steps the average barely leaves the initial weights: the run
+    with --ema returns and saves those, while the same run without it moves away."""
+    changes = dict(epochs=1, crop="none", flip=False, learning_rate=3e-3)
+    plain = train(_config(colors_dataset, tmp_path / "plain", **changes))
+    averaged = train(_config(colors_dataset, tmp_path / "ema", ema=0.999, **changes))
+    config = _config(colors_dataset, tmp_path / "unused", **changes).resolved()
+    keras.utils.set_random_seed(config.seed)  # as train() does before building
+    initial = build_model(config, 3, ["blue", "green", "red"]).get_weights()
+
+    def distance(weights):
+        return np.sqrt(sum(np.sum((w - w0) ** 2) for w, w0 in zip(weights, initial, strict=True)))
+
+    print(
+        "distance from the initial weights:",
+        distance(averaged.model.get_weights()),
+        distance(plain.model.get_weights()),
+    )
+    assert distance(averaged.model.get_weights()) < 0.05 * distance(plain.model.get_weights())
+    saved = keras.models.load_model(tmp_path / "ema" / "model.keras").get_weights()
+    for weight, returned in zip(saved, averaged.model.get_weights(), strict=True):
+        np.testing.assert_allclose(weight, returned, atol=1e-6)  # the validated epoch: the average
+
+
 def test_evaluate_scores_the_run_on_its_own_validation_split(colors_dataset, tmp_path, capsys):
     from keras_vit.cli import main
 
