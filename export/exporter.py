@@ -141,12 +141,20 @@ def export_model(
     Returns:
         The manifest (also written to `export.json`), with `"verification"`.
     """
+    import keras
+
     from keras_vit import __version__
     from keras_vit.export import metadata, onnx_model, serving, tflite
     from keras_vit.export.classifier import load_classifier
     from keras_vit.export.verify import format_table, verify_exports, write_report
     from keras_vit.files import write_bytes, write_json
 
+    if keras.backend.backend() != "tensorflow":
+        raise ValueError(
+            f"Exporting needs the TensorFlow backend (SavedModel, TFLite and ONNX are made from "
+            f"TensorFlow graphs), not {keras.backend.backend()}: run it with KERAS_BACKEND=tensorflow. "
+            f"A model trained on any backend exports unchanged."
+        )
     unknown = [f for f in formats if f not in FORMATS]
     if unknown or not formats:
         raise ValueError(f"Unknown export format(s) {unknown}; choose from {', '.join(FORMATS)}.")

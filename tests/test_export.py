@@ -366,3 +366,10 @@ def test_the_keras_runner_traces_one_graph_for_every_batch_size(exported, cifar_
     probabilities, maps = runner.predict_attention(pixels)
     np.testing.assert_allclose(probabilities, eager, atol=1e-6)
     assert maps.shape == (7, 8, 8)
+
+
+def test_export_on_another_backend_says_to_use_tensorflow(tiny_model_file, tmp_path, monkeypatch):
+    monkeypatch.setattr(keras.backend, "backend", lambda: "jax")
+    with pytest.raises(ValueError, match="KERAS_BACKEND=tensorflow"):
+        export_model(tiny_model_file, output=str(tmp_path / "exports"), verify=False)
+    assert not (tmp_path / "exports").exists()  # refused before writing anything
