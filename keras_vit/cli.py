@@ -203,7 +203,7 @@ def _add_train_arguments(parser):
 
     add = parser.add_argument
     add("--dataset", help="an image folder or .zip of class_name/image files, or cifar10-mini (default)")
-    add("--model", help="a name from `keras-vit models` (default vit_nano_patch4_32)")
+    add("--model", help="a name from `keras-vit models` (default: the preset's, else vit_nano_patch4_32)")
     add("--output", help="the run folder (default runs/latest); rerun the same command to resume")
     add(
         "--preset",

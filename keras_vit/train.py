@@ -46,7 +46,11 @@ logger = logging.getLogger(__name__)
 
 @dataclasses.dataclass
 class TrainConfig:
-    """Everything a run needs; `keras-vit train` flags map one to one."""
+    """Everything a run needs; `keras-vit train` flags map one to one.
+
+    A setting left None comes from the preset (`recipes.PRESETS`), else from
+    `recipes.DEFAULTS`: `resolved()` fills them in.
+    """
 
     dataset: str = "cifar10-mini"
     model: str | None = None
