@@ -94,11 +94,12 @@ class StopAtStep(keras.callbacks.Callback):
 
 
 class EpochTimer(keras.callbacks.Callback):
-    """Adds each epoch's training time and images per second to its logs (and so to log.csv).
+    """Adds each epoch's times and images per second to its logs (and so to log.csv).
 
-    Training time runs from the epoch's start to its validation (or its end): the
-    host has read the last step's logs by then, so the device has finished them.
-    The first epoch includes compiling.
+    `epoch_seconds` is the whole epoch with its validation; `train_seconds` runs
+    from the epoch's start to its validation (or its end): the host has read the
+    last step's logs by then, so the device has finished them. The first epoch
+    includes compiling.
     """
 
     def __init__(self, batch_size):
@@ -116,8 +117,10 @@ class EpochTimer(keras.callbacks.Callback):
             self._stop = time.perf_counter()
 
     def on_epoch_end(self, epoch, logs=None):
-        seconds = (self._stop or time.perf_counter()) - self._start
+        now = time.perf_counter()
+        seconds = (self._stop or now) - self._start
         if logs is not None:
+            logs["epoch_seconds"] = now - self._start
             logs["train_seconds"] = seconds
             logs["images_per_second"] = self._steps * self.batch_size / seconds
 

@@ -10,4 +10,5 @@ export KERAS_BACKEND=tensorflow TF_CPP_MIN_LOG_LEVEL=2
 # Two workers, each test file on one (its module fixtures built once), the slowest files
 # first (tests/conftest.py orders them): the suite's training and export tests are
 # single-threaded for long stretches.
-exec .venv/bin/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder "$@"
+# --durations: the slowest tests in every log, to keep the suite within its 10 minutes.
+exec .venv/bin/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder --durations=12 "$@"
