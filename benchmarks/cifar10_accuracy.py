@@ -61,11 +61,10 @@ def accelerator():
     import keras
 
     if keras.backend.backend() == "jax":
-        import jax
+        from gpu import gpu_name  # benchmarks/gpu.py, beside this file
 
-        device = jax.devices()[0]
-        if device.platform != "cpu":
-            return device.device_kind
+        if gpu_name():
+            return gpu_name()
     elif keras.backend.backend() == "tensorflow":
         import tensorflow as tf
 

@@ -125,7 +125,11 @@ class EpochTimer(keras.callbacks.Callback):
             logs["images_per_second"] = self._steps * self.batch_size / seconds
 
 
-def steps_per_execution(steps_per_epoch, backup_every_steps, limit=32):
+# More fails: tf.data refuses that many get_next calls in one function (keras-team/keras#20344).
+MAX_STEPS_PER_CALL = 32
+
+
+def steps_per_execution(steps_per_epoch, backup_every_steps, limit=MAX_STEPS_PER_CALL):
     """Steps Keras runs per call of the compiled function, without losing an exact stop.
 
     The largest count up to `limit` that divides both the epoch and the backup

@@ -41,12 +41,14 @@ class Placement:
         `tf.cond` in the replica context, which fails there ("You must feed a value
         for placeholder tensor", keras-team/keras#19246; Keras 3.15, TF 2.21).
         """
+        from keras_vit.callbacks import MAX_STEPS_PER_CALL
+
         if self.strategy is None:
-            return 32
+            return MAX_STEPS_PER_CALL
         import tensorflow as tf
 
         mirrored = (tf.distribute.MirroredStrategy, tf.distribute.MultiWorkerMirroredStrategy)
-        return 1 if isinstance(self.strategy, mirrored) else 32
+        return 1 if isinstance(self.strategy, mirrored) else MAX_STEPS_PER_CALL
 
 
 def placement(name):
