@@ -79,7 +79,8 @@ def train_and_score(args):
     import keras
 
     from keras_vit import complexity
-    from keras_vit.evaluate import evaluate, load_trained_model
+    from keras_vit.evaluate import evaluate
+    from keras_vit.saving import load_trained_model
     from keras_vit.train import TrainConfig, train
 
     chosen = {"epochs": args.epochs, "batch_size": args.batch_size, "model": args.model}

@@ -51,7 +51,7 @@ def load_classifier(source, name=None):
         FileNotFoundError: no model at `source`.
         ValueError: not a classifier with a static image size.
     """
-    from keras_vit.evaluate import load_trained_model
+    from keras_vit.saving import load_trained_model
 
     model = source if isinstance(source, keras.Model) else load_trained_model(source)
     which = "This model" if isinstance(source, keras.Model) else os.fspath(source)

@@ -12,6 +12,8 @@ import os
 
 import numpy as np
 
+from keras_vit import framework_logs
+
 
 class Runner:
     """Runs one exported model. Subclasses set `kind`, `image_size`, `class_names`, and
@@ -138,7 +140,8 @@ class TFLiteRunner(Runner):
         self.flatbuffer = flatbuffer
         try:
             self.interpreter = Interpreter(model_content=flatbuffer, num_threads=num_threads)
-            self.interpreter.allocate_tensors()
+            with framework_logs.native_lines_muted():  # LiteRT's XNNPACK line
+                self.interpreter.allocate_tensors()
         except (RuntimeError, ValueError) as error:
             first_line = str(error).strip().splitlines()[0]
             raise ValueError(f"{path} cannot run in LiteRT ({first_line}); re-export it.") from None

@@ -9,19 +9,29 @@ so `keras.models.load_model("model.keras")` works after `import keras_vit`.
 """
 
 import os
+import sys
 
 # Keras reads its backend once, at import: TensorFlow unless the user chose.
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
-from keras_vit import layers, optimizers  # noqa: E402
-from keras_vit.complexity import forward_flops, parameter_count, training_flops  # noqa: E402
-from keras_vit.configs import list_models  # noqa: E402
-from keras_vit.models import ViT, create_model, resize_model  # noqa: E402
-from keras_vit.pos_embed import resample_position_embeddings  # noqa: E402
-from keras_vit.training_model import TrainingModel  # noqa: E402
-from keras_vit.weights import CheckpointMismatchError, load_weights  # noqa: E402
-
 __version__ = "0.1.0"
+
+
+def _command_line_is_starting():
+    """The `keras-vit` script (keras_vit_cli) or `python -m keras_vit` (Python sets argv[0] to
+    "-m" while it finds the module) imports per command what it uses, so that `--help` and
+    `models` answer without loading TensorFlow."""
+    return "keras_vit_cli" in sys.modules or getattr(sys, "argv", [])[:1] == ["-m"]
+
+
+if not _command_line_is_starting():
+    from keras_vit import layers, optimizers
+    from keras_vit.complexity import forward_flops, parameter_count, training_flops
+    from keras_vit.configs import list_models
+    from keras_vit.models import ViT, create_model, resize_model
+    from keras_vit.pos_embed import resample_position_embeddings
+    from keras_vit.training_model import TrainingModel
+    from keras_vit.weights import CheckpointMismatchError, load_weights
 
 __all__ = [
     "CheckpointMismatchError",

@@ -5,6 +5,8 @@ import json
 import os
 import sys
 
+from keras_vit import framework_logs
+
 
 def _models(args):
     from keras_vit import complexity, configs
@@ -66,7 +68,8 @@ def _train(args):
 
 
 def _evaluate(args):
-    from keras_vit.evaluate import evaluate, load_trained_model, write_report
+    from keras_vit.evaluate import evaluate, write_report
+    from keras_vit.saving import load_trained_model
 
     folder = args.model if os.path.isdir(args.model) else os.path.dirname(os.path.abspath(args.model))
     # A run folder remembers its dataset and split; flags win.
@@ -121,8 +124,6 @@ def _export(args):
     from keras_vit.export.exporter import export_model, parse_formats, parse_quantize
 
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    for noisy in ("tensorflow", "tf2onnx", "absl"):  # their INFO lines drown our progress
-        logging.getLogger(noisy).setLevel(logging.WARNING)
     manifest = export_model(
         args.model,
         output=args.output,
@@ -198,8 +199,7 @@ def _parse_override(item):
 
 
 def _add_train_arguments(parser):
-    from keras_vit.distribute import STRATEGIES
-    from keras_vit.recipes import PRECISIONS, PRESETS
+    from keras_vit.recipes import PRECISIONS, PRESETS, STRATEGIES
 
     add = parser.add_argument
     add("--dataset", help="an image folder or .zip of class_name/image files, or cifar10-mini (default)")
@@ -269,19 +269,27 @@ def build_parser():
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     commands.required = True
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--verbose", action="store_true", help="also show TensorFlow's, XLA's and CUDA's own log lines"
+    )
 
-    models = commands.add_parser("models", help="list the named model configs")
+    # uses_keras: the command loads TensorFlow and Keras, so it loads them at once with their
+    # start-up lines muted (the apps start without them).
+    def command(name, run, uses_keras=True, **kwargs):
+        parser = commands.add_parser(name, parents=[common], **kwargs)
+        parser.set_defaults(run=run, uses_keras=uses_keras)
+        return parser
+
+    models = command("models", _models, uses_keras=False, help="list the named model configs")
     models.add_argument("--json", action="store_true", help="print JSON, for scripts")
     models.add_argument(
         "--num-classes", type=int, default=None, help="count parameters for this many classes (default 1000)"
     )
-    models.set_defaults(run=_models)
 
-    train = commands.add_parser("train", help="train or fine-tune a ViT (resumable)")
-    _add_train_arguments(train)
-    train.set_defaults(run=_train)
+    _add_train_arguments(command("train", _train, help="train or fine-tune a ViT (resumable)"))
 
-    evaluate = commands.add_parser("evaluate", help="top-1, top-5, per-class accuracy, confusion matrix")
+    evaluate = command("evaluate", _evaluate, help="top-1, top-5, per-class accuracy, confusion matrix")
     evaluate.add_argument("model", help="a run folder or a .keras file")
     evaluate.add_argument("--dataset", help="default: the run's dataset, else cifar10-mini")
     evaluate.add_argument("--split", choices=("train", "validation", "test"), help="default: test if any")
@@ -290,10 +298,11 @@ def build_parser():
         "--output", help="folder for evaluation.json and confusion.png (default: beside the model)"
     )
     evaluate.add_argument("--json", action="store_true", help="print JSON, for scripts")
-    evaluate.set_defaults(run=_evaluate)
 
-    export = commands.add_parser(
-        "export", help="SavedModel for TF Serving, TFLite (fp32/fp16/int8), ONNX; verified against Keras"
+    export = command(
+        "export",
+        _export,
+        help="SavedModel for TF Serving, TFLite (fp32/fp16/int8), ONNX; verified against Keras",
     )
     export.add_argument("model", help="a run folder or a .keras file")
     export.add_argument("--output", default="exports", help="export root (default exports/)")
@@ -329,27 +338,26 @@ def build_parser():
     )
     export.add_argument("--verify-images", type=int, default=500, help="held-out images to verify on")
     export.add_argument("--json", action="store_true", help="print the manifest as JSON")
-    export.set_defaults(run=_export)
 
-    verify = commands.add_parser("verify", help="check an export folder against Keras again")
+    verify = command("verify", _verify, help="check an export folder against Keras again")
     verify.add_argument("folder", help="an export folder (OUTPUT/<name>/export-<N>)")
     verify.add_argument("--model", help="the Keras model (default: the export's source)")
     verify.add_argument("--dataset", help="default: the export's dataset")
     verify.add_argument("--limit", type=int, default=500, help="held-out images (default 500)")
     verify.add_argument("--json", action="store_true", help="print the report as JSON")
-    verify.set_defaults(run=_verify)
 
-    predict = commands.add_parser("predict", help="top-k classes of image files")
+    predict = command("predict", _predict, help="top-k classes of image files")
     predict.add_argument("model", help="a run folder, .keras file, SavedModel folder, .tflite or .onnx")
     predict.add_argument("images", nargs="+", help="JPEG, PNG, GIF or BMP files")
     predict.add_argument("--top-k", type=int, default=5)
     predict.add_argument("--json", action="store_true", help="print JSON: each image's path and top-k")
-    predict.set_defaults(run=_predict)
 
     app = commands.add_parser("app", help="the desktop and mobile classifiers")
     apps = app.add_subparsers(dest="app", required=True, metavar="APP")
     desktop = apps.add_parser(
-        "desktop", help="the Qt classifier: open, drop or paste images; top-5 and attention; folders"
+        "desktop",
+        parents=[common],
+        help="the Qt classifier: open, drop or paste images; top-5 and attention; folders",
     )
     desktop.add_argument("--model", help="a .tflite (default: the last model used), SavedModel or .keras")
     desktop.add_argument("--image", help="an image to classify at start")
@@ -358,9 +366,10 @@ def build_parser():
         metavar="OUT.png",
         help="render the window with --model and --image to a PNG, then exit",
     )
-    desktop.set_defaults(run=_app_desktop)
+    desktop.set_defaults(run=_app_desktop, uses_keras=False)
     mobile = apps.add_parser(
         "mobile",
+        parents=[common],
         help="the offline web app for phones (LiteRT.js): build it for a .tflite and serve it",
     )
     mobile.add_argument("--model", required=True, help="a .tflite from keras-vit export (or its folder)")
@@ -382,7 +391,7 @@ def build_parser():
         help="classify --image in headless Chromium as a phone; save the screen",
     )
     mobile.add_argument("--image", help="the picture for --screenshot")
-    mobile.set_defaults(run=_app_mobile)
+    mobile.set_defaults(run=_app_mobile, uses_keras=False)
     return parser
 
 
@@ -392,6 +401,8 @@ def main(argv=None):
         print(f"keras-vit: error: --num-classes must be at least 1, got {args.num_classes}", file=sys.stderr)
         return 2
     try:
+        if not args.verbose:
+            framework_logs.quiet(load_frameworks=args.uses_keras)
         return args.run(args)
     except (ValueError, FileNotFoundError, TypeError) as error:
         # Bad input: one clear line, no traceback.

@@ -14,7 +14,7 @@ import os
 
 import keras
 
-STRATEGIES = ("auto", "mirrored", "multi-worker", "one-device")
+from keras_vit.recipes import STRATEGIES
 
 
 @dataclasses.dataclass

@@ -5,6 +5,8 @@ comes from the user's flag, else from its preset, else from `DEFAULTS`.
 """
 
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
+# Where a run trains (keras_vit/distribute.py makes each one).
+STRATEGIES = ("auto", "mirrored", "multi-worker", "one-device")
 # Variables that get no weight decay (matched against variable paths).
 NO_DECAY = ["gamma", "beta", "bias", "cls_token", "position_embedding"]
 

@@ -20,6 +20,7 @@ import dataclasses
 import logging
 import math
 import os
+import sys
 
 import keras
 
@@ -34,10 +35,9 @@ from keras_vit.callbacks import (
     saved_model_of,
     steps_per_execution,
 )
-from keras_vit.distribute import STRATEGIES
 from keras_vit.files import atomic_write, pyplot, save_figure, write_json
 from keras_vit.models import create_model
-from keras_vit.recipes import DEFAULTS, NO_DECAY, PRECISIONS, PRESETS
+from keras_vit.recipes import DEFAULTS, NO_DECAY, PRECISIONS, PRESETS, STRATEGIES
 from keras_vit.training_model import TrainingModel
 from keras_vit.weights import load_weights
 
@@ -303,8 +303,11 @@ def _write_run_description(output, class_names, config):
     )
 
 
-def train(config):
+def train(config, progress_bar=None):
     """Runs a training job; returns a `TrainingRun`.
+
+    `progress_bar`: Keras' bar per step, else a line per epoch; by default
+    the bar when standard output is a terminal, lines in a log file.
 
     Killed and started again with the same config and output folder, it
     resumes from the last backup (mid-epoch) and ends after the same number
@@ -374,7 +377,7 @@ def train(config):
         steps_per_epoch=config.steps_per_epoch,
         callbacks=callbacks,
         shuffle=False,  # the pipeline shuffles, with the run's seed
-        verbose=2,
+        verbose=keras_verbosity(progress_bar, sys.stdout),
     )
     history = _merged_history(os.path.join(output, "log.csv"), fit.history)
     if best.best_epoch is None and where.chief:  # no validation split: keep the last model
@@ -392,6 +395,12 @@ def train(config):
         write_json(os.path.join(output, "history.json"), summary)
         _plot(history, os.path.join(output, "training.png"))
     return TrainingRun(model=classifier, training_model=model, summary=summary)
+
+
+def keras_verbosity(progress_bar, stream):
+    """`fit`'s verbose: 1 (Keras' progress bar) or 2 (a line per epoch); by default the bar
+    when `stream` is a terminal, lines in a log file (where a bar writes a line per update)."""
+    return 1 if (stream.isatty() if progress_bar is None else progress_bar) else 2
 
 
 def _merged_history(csv_path, fit_history):

@@ -1,4 +1,7 @@
+import io
 import json
+import os
+import re
 import subprocess
 import sys
 
@@ -55,6 +58,34 @@ def test_python_dash_m_runs_the_cli():
         [sys.executable, "-m", "keras_vit", "models", "--json"], capture_output=True, text=True, check=True
     )
     assert len(json.loads(result.stdout)) == len(keras_vit.list_models())
+
+
+@pytest.mark.parametrize("command", [["--help"], ["models"], ["train", "--help"], ["export", "--help"]])
+@pytest.mark.parametrize("start", ["keras-vit", "python -m keras_vit"])
+def test_help_and_models_answer_without_importing_a_framework(start, command):
+    """TensorFlow, Keras and JAX take seconds to import; `--help` and `models` need none of them."""
+    script = os.path.join(os.path.dirname(sys.executable), "keras-vit")
+    entry = [script] if start == "keras-vit" else ["-m", "keras_vit"]
+    result = subprocess.run(
+        [sys.executable, "-X", "importtime", *entry, *command], capture_output=True, text=True, check=True
+    )
+    assert "vit_huge_patch14_224" in result.stdout or "usage: keras-vit" in result.stdout
+    imported = re.findall(r"\|\s+([\w.]+)$", result.stderr, flags=re.MULTILINE)  # -X importtime's table
+    assert "keras_vit.cli" in imported
+    assert not {"tensorflow", "keras", "jax"} & set(imported)
+
+
+def test_training_shows_a_progress_bar_in_a_terminal_and_a_line_per_epoch_in_a_log():
+    from keras_vit.train import keras_verbosity
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    assert keras_verbosity(None, Terminal()) == 1  # Keras' progress bar
+    assert keras_verbosity(None, io.StringIO()) == 2  # one line per epoch
+    assert keras_verbosity(False, Terminal()) == 2
+    assert keras_verbosity(True, io.StringIO()) == 1
 
 
 def test_the_keras_vit_console_script_is_installed():

@@ -264,6 +264,30 @@ def test_predict_reads_every_format_and_agrees(exported, cifar_images, tmp_path,
     assert all(a == answers[0] for a in answers)
 
 
+# A line TensorFlow, XLA, absl or LiteRT writes from C++ ("I0000 00:00:...", "E0000 ... cuInit").
+NATIVE_LOG_LINE = r"(?m)^([IWEF]\d{4} |WARNING: All log messages before absl|INFO: Created TensorFlow Lite)"
+
+
+def test_commands_print_only_their_answer_unless_asked_to_be_verbose(exported, cifar_images, tmp_path):
+    import re
+
+    image = tmp_path / "image.png"
+    image.write_bytes(cifar_images[0][0][0])
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}  # as a user's shell has it
+
+    def predict(model, *flags):
+        command = [os.path.join(VENV_BIN, "keras-vit"), "predict", model, str(image), *flags]
+        result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+        assert result.returncode == 0, result.stderr[-2000:]
+        assert result.stdout.startswith(f"{image}: ")
+        return result.stderr
+
+    tflite_model = os.path.join(exported["folder"], "model_fp32.tflite")
+    for model in (exported["source"], tflite_model):  # TensorFlow and Keras; LiteRT alone
+        assert predict(model) == ""
+    assert re.search(NATIVE_LOG_LINE, predict(exported["source"], "--verbose"))
+
+
 def test_verify_reruns_the_checks_from_the_export_folder(exported, capsys):
     code = main(["verify", exported["folder"], "--limit", "20", "--json"])
     report = json.loads(capsys.readouterr().out)

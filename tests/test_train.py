@@ -102,7 +102,8 @@ def test_evaluate_scores_the_run_on_its_own_validation_split(colors_dataset, tmp
     assert np.sum(saved["confusion"]) == 18 and np.trace(saved["confusion"]) == round(18 * saved["top1"])
     assert (tmp_path / "run" / "confusion.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     with pytest.raises(ValueError, match="differ from the dataset's"):
-        from keras_vit.evaluate import evaluate, load_trained_model
+        from keras_vit.evaluate import evaluate
+        from keras_vit.saving import load_trained_model
 
         evaluate(load_trained_model(tmp_path / "run"), dataset="cifar10-mini")
 

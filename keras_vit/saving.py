@@ -1,0 +1,50 @@
+"""Loading the `.keras` files keras-vit writes, with one clear line for a file that does not load."""
+
+import os
+import re
+import zipfile
+
+import keras
+
+# Importing these registers every class a keras-vit `.keras` file names (the ViT and its
+# layers, the training wrapper, the optimizer), whoever started the process.
+from keras_vit import models, optimizers, training_model  # noqa: F401
+
+
+def load_trained_model(path):
+    """Loads a `.keras` file, or `model.keras` from a run folder."""
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        path = os.path.join(path, "model.keras")
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"Model not found: {path}")
+    if not path.endswith(".keras"):
+        raise ValueError(f"Expected a .keras file or a run folder, got {path}.")
+    if not zipfile.is_zipfile(path):
+        raise ValueError(
+            f"{path} is not a Keras model file (a .keras file is a zip archive): damaged, or not a model."
+        )
+    try:
+        # safe_mode (Keras' default, stated here on purpose): a file's Lambda layers never run code.
+        return keras.models.load_model(path, safe_mode=True)
+    except Exception as error:  # Keras raises TypeError, ValueError, KeyError... with long messages
+        raise ValueError(_load_error(path, error)) from None
+
+
+def _load_error(path, error):
+    """One readable line for a `.keras` file that does not load."""
+    message = str(error)
+    if "Lambda" in message and "safe_mode" in message:
+        return (
+            f"{path} holds a Lambda layer with Python code, which keras-vit does not run (safe_mode): "
+            "re-save the model without Lambda layers, or load it yourself with "
+            "keras.models.load_model(path, safe_mode=False) if you trust where it came from."
+        )
+    unknown = re.search(r"Could not locate (?:class|function) '([^']+)'", message)
+    if unknown:
+        return (
+            f"{path} was saved by another project: it uses {unknown.group(1)!r}, which is neither a "
+            "Keras nor a keras-vit class. Import that project's layers first, or pass a keras-vit model."
+        )
+    first_line = message.strip().splitlines()[0] if message.strip() else type(error).__name__
+    return f"{path} could not be loaded as a Keras model ({first_line[:300]})."
