@@ -348,7 +348,7 @@ def build_parser():
 
     predict = command("predict", _predict, help="top-k classes of image files")
     predict.add_argument("model", help="a run folder, .keras file, SavedModel folder, .tflite or .onnx")
-    predict.add_argument("images", nargs="+", help="JPEG, PNG, GIF or BMP files")
+    predict.add_argument("images", nargs="+", help="image files (JPEG, PNG, GIF, BMP, WebP, TIFF)")
     predict.add_argument("--top-k", type=int, default=5)
     predict.add_argument("--json", action="store_true", help="print JSON: each image's path and top-k")
 

@@ -17,9 +17,10 @@ import os
 import random
 import zipfile
 
+from keras_vit.images import IMAGE_EXTENSIONS
+
 logger = logging.getLogger(__name__)
 
-IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".gif", ".bmp")
 EMBEDDED_DATASETS = {"cifar10-mini": "cifar10_mini.zip"}
 _SPLIT_FOLDERS = {"train": "train", "val": "validation", "validation": "validation", "test": "test"}
 

@@ -12,6 +12,8 @@ import warnings
 
 import numpy as np
 
+# The image files keras-vit reads: datasets for training, `predict`, the apps.
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".gif", ".bmp", ".webp", ".tif", ".tiff")
 # Images are shrunk to at most this many pixels on the long side on decode: a
 # classifier sees 224 px at most, and a 100-megapixel photo would otherwise
 # cost 300 MB and seconds of resizing.

@@ -11,6 +11,8 @@ image_std=...)`), so training, export and the apps share one definition.
 
 import tensorflow as tf
 
+from keras_vit import images
+
 AUTOTUNE = tf.data.AUTOTUNE
 # Decoded training images are cached in memory up to this size (CIFAR-10's 50,000
 # images at 32x32 take 150 MB; ImageNet-1k at 224 would take 190 GB). Larger datasets
@@ -18,9 +20,32 @@ AUTOTUNE = tf.data.AUTOTUNE
 DECODED_CACHE_BYTES = 4 * 1024**3
 
 
+# TIFF's two byte orders; TensorFlow decodes JPEG, PNG, GIF, BMP and WebP itself.
+_TIFF_SIGNATURES = (b"II*\x00", b"MM\x00*")
+
+
 def decode_image(encoded, channels=3):
-    """Decodes JPEG, PNG, GIF (first frame) or BMP bytes to uint8 `(height, width, channels)`."""
-    return tf.io.decode_image(encoded, channels=channels, expand_animations=False)
+    """Decodes any of `images.IMAGE_EXTENSIONS` to uint8 `(height, width, channels)` (GIF: first frame).
+
+    TensorFlow decodes all but TIFF in the graph; TIFF goes through `images.load_image`, as in
+    `keras-vit predict`, for RGB (`channels=3`) only.
+    """
+    if channels != 3:
+        return tf.io.decode_image(encoded, channels=channels, expand_animations=False)
+    is_tiff = tf.reduce_any([tf.equal(tf.strings.substr(encoded, 0, 4), s) for s in _TIFF_SIGNATURES])
+    return tf.cond(
+        is_tiff,
+        lambda: _decode_with_pillow(encoded),
+        lambda: tf.io.decode_image(encoded, channels=3, expand_animations=False),
+    )
+
+
+def _decode_with_pillow(encoded):
+    def load(data):  # a bytes scalar, or a 0-d object array holding one
+        return images.load_image(data if isinstance(data, bytes) else data.item())
+
+    image = tf.numpy_function(load, [encoded], tf.uint8, stateful=False)
+    return tf.ensure_shape(image, (None, None, 3))
 
 
 def resize(image, image_size):

@@ -126,3 +126,40 @@ def test_missing_paths_and_non_datasets_are_clear_errors(tmp_path):
         data.read_image_folder("cifar10-mini", validation_split=1.5)
     with pytest.raises(ValueError, match="Unknown embedded dataset 'cifar100-mini'"):
         data.embedded_dataset_path("cifar100-mini")
+
+
+def test_a_folder_of_every_image_type_the_apps_open_decodes_as_predict_does_and_trains(tmp_path):
+    from PIL import Image
+
+    from keras_vit import images, pipeline
+    from keras_vit.train import TrainConfig, train
+
+    rng = np.random.default_rng(0)
+    for name, colour in {"red": (230, 20, 20), "blue": (20, 20, 230)}.items():
+        (tmp_path / "data" / name).mkdir(parents=True)
+        for extension in images.IMAGE_EXTENSIONS:  # Pillow picks each format from the extension
+            noise = rng.integers(-15, 15, (32, 32, 3))
+            pixels = np.clip(np.array(colour) + noise, 0, 255).astype(np.uint8)
+            Image.fromarray(pixels).save(tmp_path / "data" / name / f"image{extension}")
+
+    dataset = data.read_image_folder(tmp_path / "data", validation_split=0)
+    files = dataset["train"].images
+    assert sorted(os.path.splitext(f)[1] for f in files) == sorted(images.IMAGE_EXTENSIONS * 2)
+    for path in files:
+        decoded = pipeline.decode_image(tf.io.read_file(path)).numpy().astype(int)
+        expected = images.load_image(path).astype(int)  # what `keras-vit predict` and the apps see
+        # JPEG: TensorFlow's and Pillow's IDCTs differ by a level or two; the rest are lossless.
+        tolerance = 4 if path.endswith((".jpg", ".jpeg")) else 0
+        assert np.abs(decoded - expected).max() <= tolerance, path
+
+    run = train(
+        TrainConfig(
+            dataset=str(tmp_path / "data"),
+            output=str(tmp_path / "run"),
+            epochs=1,
+            batch_size=4,
+            validation_split=0,
+            overrides=dict(hidden_dim=32, depth=2, num_heads=4, mlp_dim=64),
+        )
+    )
+    assert run.summary["steps"] == 2 * len(images.IMAGE_EXTENSIONS) // 4

@@ -12,8 +12,9 @@ import time
 
 import numpy as np
 
+from keras_vit.images import IMAGE_EXTENSIONS
+
 TOP_K = 5
-IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".gif", ".bmp", ".webp", ".tif", ".tiff")
 ATTENTION_FILE = "model_attention.tflite"  # written beside model.tflite by `export --attention`
 
 

@@ -31,10 +31,11 @@ from PySide6.QtWidgets import (
 )
 
 from keras_vit.apps.desktop import inference, overlay
+from keras_vit.images import IMAGE_EXTENSIONS
 
 IMAGE_VIEW_SIZE = 440
 MODEL_FILTER = "Models (*.tflite *.keras saved_model.pb);;All files (*)"
-IMAGE_FILTER = "Images (" + " ".join(f"*{e}" for e in inference.IMAGE_EXTENSIONS) + ");;All files (*)"
+IMAGE_FILTER = "Images (" + " ".join(f"*{e}" for e in IMAGE_EXTENSIONS) + ");;All files (*)"
 FOLDER_COLUMNS = ("File", "Top-1", "Probability (%)", "Top-5", "Time (ms)", "Error")
 
 
