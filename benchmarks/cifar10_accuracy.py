@@ -80,8 +80,10 @@ def train_and_score(args):
 
     from keras_vit import complexity
     from keras_vit.evaluate import evaluate
+    from keras_vit.run_folder import RunFolder
     from keras_vit.saving import load_trained_model
-    from keras_vit.train import TrainConfig, train
+    from keras_vit.train import train
+    from keras_vit.train_config import TrainConfig
 
     chosen = {"epochs": args.epochs, "batch_size": args.batch_size, "model": args.model}
     config = TrainConfig(
@@ -93,7 +95,7 @@ def train_and_score(args):
     ).resolved()
     run = train(config)
     model = load_trained_model(config.output)  # the run's model.keras: the best validation epoch
-    test = evaluate(model, dataset=config.dataset, split="test", validation_split=config.validation_split)
+    test = evaluate(model, RunFolder(config.output).dataset_spec(), split="test")
     history = run.summary["history"]
     rates = history.get("images_per_second", [])
     return {

@@ -115,7 +115,8 @@ def _synthetic_batches(size, batch, as_dict):
 
 def keras_vit_rate(architecture, batch, steps, epochs, precision):
     from keras_vit.callbacks import steps_per_execution
-    from keras_vit.train import TrainConfig, build_model, compile_training_model
+    from keras_vit.train import build_model, compile_training_model
+    from keras_vit.train_config import TrainConfig
 
     spec = ARCHITECTURES[architecture]
     overrides = {k: spec[k] for k in ("patch_size", "hidden_dim", "depth", "num_heads", "mlp_dim")}
@@ -203,7 +204,8 @@ def augmentation_cost(dataset, model, batch, steps, epochs, precision, image_siz
     the rate is the extra images of a longer run over its extra seconds (start-up and compile cancel)."""
     import tempfile
 
-    from keras_vit.train import TrainConfig, train
+    from keras_vit.train import train
+    from keras_vit.train_config import TrainConfig
 
     def seconds(augment, run_epochs):
         with tempfile.TemporaryDirectory() as folder:

@@ -23,11 +23,12 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
+from keras_vit.classifier import load_classifier  # noqa: E402
 from keras_vit.export import metadata, tflite  # noqa: E402
-from keras_vit.export.classifier import load_classifier  # noqa: E402
-from keras_vit.export.exporter import run_settings  # noqa: E402
-from keras_vit.export.runtimes import KerasRunner, TFLiteRunner  # noqa: E402
 from keras_vit.export.verify import held_out_images, latency_ms  # noqa: E402
+from keras_vit.recipes import DATASET  # noqa: E402
+from keras_vit.run_folder import DatasetSpec, RunFolder  # noqa: E402
+from keras_vit.runtimes import KerasRunner, TFLiteRunner  # noqa: E402
 
 LAYER_NORM = ("MEAN", "SQUARED_DIFFERENCE", "RSQRT")
 FALLBACKS = {
@@ -68,8 +69,9 @@ def main():
     parser.add_argument("--calibration", type=int, default=200, help="representative images for int8")
     args = parser.parse_args()
 
-    settings = {} if args.random else run_settings(args.model)
-    dataset = args.dataset or settings.get("dataset") or "cifar10-mini"
+    spec = DatasetSpec() if args.random else RunFolder.containing(args.model).dataset_spec()
+    spec = spec.with_name(args.dataset or spec.name or DATASET)
+    dataset = spec.name
     if args.random:
         import keras_vit
         from keras_vit import data
@@ -81,7 +83,7 @@ def main():
         classifier = load_classifier(model)
     else:
         classifier = load_classifier(args.model)
-    _, images, labels, split, _ = held_out_images(dataset, classifier.image_size, limit=args.images)
+    _, images, labels, split, _ = held_out_images(spec, classifier.image_size, limit=args.images)
     reference = KerasRunner(classifier.model).predict(images)
     keras_accuracy = float((reference.argmax(1) == labels).mean())
     representative = tflite.representative_images(dataset, classifier.image_size, count=args.calibration)

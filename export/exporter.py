@@ -15,13 +15,22 @@ export is written into a hidden staging folder and renamed into place, the
 SavedModel last: a crash leaves no half-written version.
 """
 
-import json
 import logging
 import os
 import re
 import shutil
 import tempfile
 import time
+
+from keras_vit.export_folder import (
+    LABELS_FILE,
+    MANIFEST_FILE,
+    ONNX_FILE,
+    TFLITE_FILE,
+    files_folder,
+    tflite_file,
+)
+from keras_vit.run_folder import RunFolder
 
 logger = logging.getLogger(__name__)
 
@@ -66,17 +75,6 @@ def next_version(home):
             if match:
                 versions.append(int(match.group(1)))
     return max(versions) + 1
-
-
-def run_settings(source):
-    """The dataset settings a run folder recorded (dataset, validation split, seed), if any."""
-    folder = source if os.path.isdir(source) else os.path.dirname(os.path.abspath(source))
-    history = os.path.join(folder, "history.json")
-    if not os.path.exists(history):
-        return {}
-    with open(history) as f:
-        config = json.load(f).get("config", {})
-    return {k: config[k] for k in ("dataset", "validation_split", "seed") if k in config}
 
 
 def _remove_abandoned_staging(home):
@@ -141,13 +139,45 @@ def export_model(
     Returns:
         The manifest (also written to `export.json`), with `"verification"`.
     """
-    import keras
+    from keras_vit.classifier import load_classifier
+    from keras_vit.export.verify import format_table
 
-    from keras_vit import __version__
-    from keras_vit.export import metadata, onnx_model, serving, tflite
-    from keras_vit.export.classifier import load_classifier
-    from keras_vit.export.verify import format_table, verify_exports, write_report
-    from keras_vit.files import write_bytes, write_json
+    _require_tensorflow_backend()
+    unknown = [f for f in formats if f not in FORMATS]
+    if unknown or not formats:
+        raise ValueError(f"Unknown export format(s) {unknown}; choose from {', '.join(FORMATS)}.")
+    source = os.fspath(source)
+    classifier = load_classifier(source, name)
+    spec = RunFolder.containing(source).dataset_spec().with_name(dataset)
+    if (verify or ("tflite" in formats and "int8" in quantize)) and spec.name is None:
+        raise ValueError(
+            f"{source} is not a run folder, so its dataset is unknown: pass --dataset (a folder, .zip, "
+            f"tfds name or cifar10-mini) for verification and int8 calibration, or --no-verify."
+        )
+    variants = (
+        ("fp32",) + tuple(quantize) + (("attention",) if attention else ()) if "tflite" in formats else ()
+    )
+
+    with _Staging(os.path.join(os.fspath(output), classifier.name)) as staging:
+        files = _convert(classifier, staging, formats, variants, spec, int8_input, calibration_images, source)
+        report = _verify(classifier, files, spec, verify_images, staging.files) if verify else None
+        recommended = _choose_tflite(report) if variants else None
+        if recommended:
+            shutil.copyfile(files[f"tflite_{recommended}"], os.path.join(staging.files, TFLITE_FILE))
+        manifest = _manifest(classifier, source, spec, staging.version, formats, variants, files)
+        manifest.update(
+            recommended_tflite=tflite_file(recommended) if recommended else None,
+            int8_input=int8_input if "int8" in quantize else None,
+            verification=report,
+        )
+        staging.publish(manifest)
+    manifest["folder"] = staging.published_files
+    manifest["table"] = format_table(report) if report else ""
+    return manifest
+
+
+def _require_tensorflow_backend():
+    import keras
 
     if keras.backend.backend() != "tensorflow":
         raise ValueError(
@@ -155,109 +185,109 @@ def export_model(
             f"TensorFlow graphs), not {keras.backend.backend()}: run it with KERAS_BACKEND=tensorflow. "
             f"A model trained on any backend exports unchanged."
         )
-    unknown = [f for f in formats if f not in FORMATS]
-    if unknown or not formats:
-        raise ValueError(f"Unknown export format(s) {unknown}; choose from {', '.join(FORMATS)}.")
-    source = os.fspath(source)
-    classifier = load_classifier(source, name)
-    settings = run_settings(source)
-    if dataset is not None:
-        settings["dataset"] = dataset
-    needs_data = verify or ("tflite" in formats and "int8" in quantize)
-    if needs_data and "dataset" not in settings:
-        raise ValueError(
-            f"{source} is not a run folder, so its dataset is unknown: pass --dataset (a folder, .zip, "
-            f"tfds name or cifar10-mini) for verification and int8 calibration, or --no-verify."
+
+
+class _Staging:
+    """A hidden folder beside the versions that becomes version N only when complete.
+
+    Its name is not a number, so TF Serving never loads it; the pid in it tells a
+    later export that it was abandoned.
+    """
+
+    def __init__(self, home):
+        self.home = home
+
+    def __enter__(self):
+        os.makedirs(self.home, exist_ok=True)
+        _remove_abandoned_staging(self.home)
+        self.version = next_version(self.home)
+        self.path = tempfile.mkdtemp(prefix=f".partial-{self.version}-{os.getpid()}-", dir=self.home)
+        self.files = os.path.join(self.path, "files")
+        self.saved_model = os.path.join(self.path, "saved_model")
+        self.published_files = files_folder(self.home, self.version)
+        os.makedirs(self.files)
+        return self
+
+    def publish(self, manifest):
+        """Writes the manifest and renames the files into place, the SavedModel last."""
+        from keras_vit.files import write_json
+
+        write_json(os.path.join(self.files, MANIFEST_FILE), manifest)
+        os.rename(self.files, self.published_files)
+        if os.path.exists(self.saved_model):
+            os.rename(self.saved_model, os.path.join(self.home, str(self.version)))
+
+    def __exit__(self, *exc_info):
+        shutil.rmtree(self.path, ignore_errors=True)
+
+
+def _convert(classifier, staging, formats, variants, spec, int8_input, calibration_images, source):
+    """Writes every requested file into the staging folder; returns `{kind: path}`."""
+    from keras_vit.export import metadata, onnx_model, serving, tflite
+    from keras_vit.files import write_bytes
+
+    files = {}
+    if "saved_model" in formats:
+        logger.info("Writing the serving SavedModel ...")
+        serving.write_saved_model(classifier, staging.saved_model)
+        files["saved_model"] = staging.saved_model
+    representative = None
+    if "int8" in variants:
+        representative = tflite.representative_images(
+            spec.name, classifier.image_size, count=calibration_images, seed=spec.seed
         )
+    for variant in variants:
+        logger.info("Converting TFLite %s ...", variant)
+        if variant == "attention":
+            flatbuffer = tflite.convert_with_attention(classifier)
+            description = f"{classifier.name} (fp32, with attention rollout), exported by keras-vit"
+        else:
+            flatbuffer = tflite.convert(classifier, variant, representative, int8_input=int8_input)
+            description = f"{classifier.name} ({variant}), exported by keras-vit from {source}"
+        path = os.path.join(staging.files, tflite_file(variant))
+        write_bytes(path, metadata.add_metadata(flatbuffer, classifier, description))
+        files[f"tflite_{variant}"] = path
+    if "onnx" in formats:
+        logger.info("Converting ONNX ...")
+        files["onnx"] = os.path.join(staging.files, ONNX_FILE)
+        write_bytes(files["onnx"], onnx_model.convert(classifier))
+    with open(os.path.join(staging.files, LABELS_FILE), "w") as f:
+        f.write("".join(f"{label}\n" for label in classifier.class_names))
+    return files
 
-    home = os.path.join(os.fspath(output), classifier.name)
-    os.makedirs(home, exist_ok=True)
-    _remove_abandoned_staging(home)
-    version = next_version(home)
-    # Not a number, so TF Serving never loads it; the pid tells a later export it was abandoned.
-    staging = tempfile.mkdtemp(prefix=f".partial-{version}-{os.getpid()}-", dir=home)
-    try:
-        files_dir = os.path.join(staging, "files")
-        os.makedirs(files_dir)
-        files = {}
-        if "saved_model" in formats:
-            logger.info("Writing the serving SavedModel ...")
-            serving.write_saved_model(classifier, os.path.join(staging, "saved_model"))
-            files["saved_model"] = os.path.join(staging, "saved_model")
-        if "tflite" in formats:
-            representative = None
-            if "int8" in quantize:
-                representative = tflite.representative_images(
-                    settings["dataset"],
-                    classifier.image_size,
-                    count=calibration_images,
-                    seed=settings.get("seed", 0),
-                )
-            for variant in ("fp32",) + tuple(quantize):
-                logger.info("Converting TFLite %s ...", variant)
-                flatbuffer = tflite.convert(classifier, variant, representative, int8_input=int8_input)
-                description = f"{classifier.name} ({variant}), exported by keras-vit from {source}"
-                path = os.path.join(files_dir, f"model_{variant}.tflite")
-                write_bytes(path, metadata.add_metadata(flatbuffer, classifier, description))
-                files[f"tflite_{variant}"] = path
-            if attention:
-                logger.info("Converting TFLite with the attention output ...")
-                flatbuffer = tflite.convert_with_attention(classifier)
-                description = f"{classifier.name} (fp32, with attention rollout), exported by keras-vit"
-                path = os.path.join(files_dir, "model_attention.tflite")
-                write_bytes(path, metadata.add_metadata(flatbuffer, classifier, description))
-                files["tflite_attention"] = path
-        if "onnx" in formats:
-            logger.info("Converting ONNX ...")
-            path = os.path.join(files_dir, "model.onnx")
-            write_bytes(path, onnx_model.convert(classifier))
-            files["onnx"] = path
-        with open(os.path.join(files_dir, "labels.txt"), "w") as f:
-            f.write("".join(f"{label}\n" for label in classifier.class_names))
 
-        report = None
-        if verify:
-            logger.info("Verifying every export against Keras ...")
-            report = verify_exports(
-                classifier.model,
-                files,
-                settings["dataset"],
-                limit=verify_images,
-                seed=settings.get("seed", 0),
-                validation_split=settings.get("validation_split", 0.1),
-            )
-            write_report(report, files_dir)
-        recommended = None
-        if "tflite" in formats:
-            recommended = recommended_variant(report["results"]) if report else "fp32"
-            shutil.copyfile(files[f"tflite_{recommended}"], os.path.join(files_dir, "model.tflite"))
+def _verify(classifier, files, spec, verify_images, folder):
+    from keras_vit.export.verify import verify_exports, write_report
 
-        manifest = {
-            "name": classifier.name,
-            "version": version,
-            "source": os.path.abspath(source),
-            "dataset": settings.get("dataset"),
-            "validation_split": settings.get("validation_split", 0.1),
-            "seed": settings.get("seed", 0),
-            "image_size": list(classifier.image_size),
-            "channels": classifier.channels,
-            "class_names": classifier.class_names,
-            "input": "RGB pixels in [0, 255], resized to image_size (bilinear, antialiased); "
-            "normalisation is inside the model",
-            "saved_model": f"../{version}" if "saved_model" in formats else None,
-            "files": sorted(os.path.basename(p) for kind, p in files.items() if kind != "saved_model"),
-            "recommended_tflite": f"model_{recommended}.tflite" if recommended else None,
-            "int8_input": int8_input if "int8" in quantize else None,
-            "keras_vit_version": __version__,
-            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "verification": report,
-        }
-        write_json(os.path.join(files_dir, "export.json"), manifest)
-        os.rename(files_dir, os.path.join(home, f"export-{version}"))
-        if "saved_model" in formats:
-            os.rename(os.path.join(staging, "saved_model"), os.path.join(home, str(version)))
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    manifest["folder"] = os.path.join(home, f"export-{version}")
-    manifest["table"] = format_table(report) if report else ""
-    return manifest
+    logger.info("Verifying every export against Keras ...")
+    report = verify_exports(classifier.model, files, spec, limit=verify_images)
+    write_report(report, folder)
+    return report
+
+
+def _choose_tflite(report):
+    """The variant `model.tflite` is a copy of: the recommended one, fp32 when unverified."""
+    return recommended_variant(report["results"]) if report else "fp32"
+
+
+def _manifest(classifier, source, spec, version, formats, variants, files):
+    from keras_vit import __version__
+
+    return {
+        "name": classifier.name,
+        "version": version,
+        "source": os.path.abspath(source),
+        "dataset": spec.name,
+        "validation_split": spec.validation_split,
+        "seed": spec.seed,
+        "image_size": list(classifier.image_size),
+        "channels": classifier.channels,
+        "class_names": classifier.class_names,
+        "input": "RGB pixels in [0, 255], resized to image_size (bilinear, antialiased); "
+        "normalisation is inside the model",
+        "saved_model": f"../{version}" if "saved_model" in formats else None,
+        "files": sorted(os.path.basename(p) for kind, p in files.items() if kind != "saved_model"),
+        "tflite_variants": list(variants),
+        "keras_vit_version": __version__,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }

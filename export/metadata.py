@@ -23,8 +23,9 @@ import zipfile
 
 import flatbuffers
 
+from keras_vit.export_folder import LABELS_FILE
+
 METADATA_NAME = "TFLITE_METADATA"
-LABELS_FILE = "labels.txt"
 # The second output of the attention model (`keras-vit export --attention`).
 ATTENTION_OUTPUT = "attention"
 # The oldest metadata parser that reads every field written here (all from 1.0.0).

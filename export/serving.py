@@ -16,10 +16,10 @@ import os
 
 import tensorflow as tf
 
+from keras_vit.export_folder import LABELS_FILE
 from keras_vit.pipeline import decode_image, resize
+from keras_vit.runtimes import TOP_K
 
-TOP_K = 5
-LABELS_FILE = "labels.txt"
 # Magic numbers of the formats tf.io.decode_image reads (WebP: "RIFF", a size, "WEBP").
 _SIGNATURES = (b"\xff\xd8\xff", b"\x89PNG", b"GIF8", b"BM")
 # The most pixels an image may declare: where Pillow refuses a decompression bomb (twice its

@@ -8,11 +8,12 @@ Serving REST request delivers them. Results go to `verification.json` and
 `verification.md` beside the exports; a variant below its target is flagged.
 """
 
-import json
 import os
 import time
 
 import numpy as np
+
+from keras_vit.export_folder import VERIFICATION_FILES
 
 # Per kind of export: (max |probability difference|, min top-1 agreement, max accuracy drop).
 TARGETS = {
@@ -26,8 +27,8 @@ TARGETS = {
 }
 
 
-def held_out_images(dataset, image_size, split=None, limit=500, seed=0, validation_split=0.1):
-    """A seeded sample of a held-out split: encoded bytes, float32 pixels and labels.
+def held_out_images(spec, image_size, split=None, limit=500):
+    """A seeded sample of a held-out split (`spec.held_out`): encoded bytes, float32 pixels and labels.
 
     Returns:
         `(encoded, images, labels, split, class_names)`: a list of bytes,
@@ -36,12 +37,11 @@ def held_out_images(dataset, image_size, split=None, limit=500, seed=0, validati
     """
     import tensorflow as tf
 
-    from keras_vit import data, pipeline
+    from keras_vit import pipeline
 
-    folder = data.load_dataset(dataset, validation_split=validation_split, seed=seed)
-    split = split or ("test" if "test" in folder.splits else "validation")
+    folder, split = spec.held_out(split)
     pairs = list(folder[split].to_dataset().as_numpy_iterator())
-    order = np.random.default_rng(seed).permutation(len(pairs))[: limit or len(pairs)]
+    order = np.random.default_rng(spec.seed).permutation(len(pairs))[: limit or len(pairs)]
     encoded, images, labels = [], [], []
     for index in sorted(order):
         image, label = pairs[index]
@@ -99,27 +99,27 @@ def _compare_attention(result, runner, reference_runner, images):
         result["meets_target"] = False
 
 
-def verify_exports(keras_model, files, dataset, split=None, limit=500, seed=0, validation_split=0.1):
+def verify_exports(keras_model, files, spec, split=None, limit=500):
     """Runs Keras and each exported file on held-out images and compares them.
 
     Args:
         keras_model: a `.keras` path, run folder or Keras model: the reference.
         files: `{name: path}`, names from `TARGETS` (`saved_model`, `onnx`,
             `tflite_fp32`, ...).
-        dataset: the dataset the model was trained on (name or path).
+        spec: the `DatasetSpec` the model was trained on: its held-out images are used.
 
     Returns:
         The report: `{"dataset", "split", "count", "keras_accuracy", "results": {name: {...}}, "passed"}`.
     """
-    from keras_vit.export.runtimes import KerasRunner, open_model
+    from keras_vit.runtimes import KerasRunner, open_model
 
     reference_runner = KerasRunner(keras_model)
     encoded, images, labels, split, class_names = held_out_images(
-        dataset, reference_runner.image_size, split, limit, seed, validation_split
+        spec, reference_runner.image_size, split, limit
     )
     if class_names != list(reference_runner.class_names):
         raise ValueError(
-            f"The model's classes {reference_runner.class_names} differ from {dataset}'s {class_names}; "
+            f"The model's classes {reference_runner.class_names} differ from {spec.name}'s {class_names}; "
             f"verify on the dataset the model was trained on (--dataset)."
         )
     reference = reference_runner.predict(images)
@@ -144,7 +144,7 @@ def verify_exports(keras_model, files, dataset, split=None, limit=500, seed=0, v
             result["latency_ms"] = latency_ms(runner, images[0])
         results[name] = result
     return {
-        "dataset": str(dataset),
+        "dataset": str(spec.name),
         "split": split,
         "count": int(len(labels)),
         "keras_accuracy": float((reference.argmax(1) == labels).mean()),
@@ -176,40 +176,22 @@ def format_table(report):
 def write_report(report, folder):
     from keras_vit.files import atomic_write, write_json
 
-    write_json(os.path.join(folder, "verification.json"), report)
+    report_json, report_table = VERIFICATION_FILES
+    write_json(os.path.join(folder, report_json), report)
 
     def write_table(temporary):
         with open(temporary, "w") as f:
             f.write(format_table(report))
 
-    atomic_write(os.path.join(folder, "verification.md"), write_table)
+    atomic_write(os.path.join(folder, report_table), write_table)
 
 
 def reverify(folder, model=None, dataset=None, limit=500):
     """Verifies an export folder (`OUTPUT/<name>/export-<N>`) again; rewrites its reports."""
-    manifest_path = os.path.join(folder, "export.json")
-    if not os.path.exists(manifest_path):
-        raise FileNotFoundError(
-            f"No export.json in {folder}: give an export folder (OUTPUT/<name>/export-<N>)."
-        )
-    with open(manifest_path) as f:
-        manifest = json.load(f)
-    model = model or manifest["source"]
-    files = {}
-    if manifest.get("saved_model"):
-        files["saved_model"] = os.path.normpath(os.path.join(folder, manifest["saved_model"]))
-    for file in manifest["files"]:
-        stem, extension = os.path.splitext(file)
-        files["onnx" if extension == ".onnx" else "tflite_" + stem.removeprefix("model_")] = os.path.join(
-            folder, file
-        )
-    report = verify_exports(
-        model,
-        files,
-        dataset or manifest["dataset"],
-        limit=limit,
-        seed=manifest.get("seed", 0),
-        validation_split=manifest.get("validation_split", 0.1),
-    )
+    from keras_vit.export_folder import ExportFolder
+
+    export = ExportFolder(folder)
+    spec = export.dataset_spec().with_name(dataset)
+    report = verify_exports(model or export.manifest["source"], export.exports(), spec, limit=limit)
     write_report(report, folder)
     return report

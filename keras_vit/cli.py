@@ -52,7 +52,8 @@ def _models(args):
 def _train(args):
     import dataclasses
 
-    from keras_vit.train import TrainConfig, train
+    from keras_vit.train import train
+    from keras_vit.train_config import TrainConfig
 
     fields = {f.name for f in dataclasses.fields(TrainConfig)}
     values = {k: v for k, v in vars(args).items() if k in fields and v is not None}
@@ -69,24 +70,17 @@ def _train(args):
 
 def _evaluate(args):
     from keras_vit.evaluate import evaluate, write_report
+    from keras_vit.recipes import DATASET
+    from keras_vit.run_folder import RunFolder
     from keras_vit.saving import load_trained_model
 
-    folder = args.model if os.path.isdir(args.model) else os.path.dirname(os.path.abspath(args.model))
     # A run folder remembers its dataset and split; flags win.
-    run_config = {}
-    history = os.path.join(folder, "history.json")
-    if os.path.exists(history):
-        with open(history) as f:
-            run_config = json.load(f).get("config", {})
+    run = RunFolder.containing(args.model)
+    spec = run.dataset_spec()
+    spec = spec.with_name(args.dataset or spec.name or DATASET)
     model = load_trained_model(args.model)
-    result = evaluate(
-        model,
-        dataset=args.dataset or run_config.get("dataset", "cifar10-mini"),
-        split=args.split,
-        batch_size=args.batch_size,
-        validation_split=run_config.get("validation_split", 0.1),
-        seed=run_config.get("seed", 0),
-    )
+    result = evaluate(model, spec, split=args.split, batch_size=args.batch_size)
+    folder = run.path
     write_report(result, args.output or folder)
     if args.json:
         print(json.dumps({k: v for k, v in result.items() if k != "confusion"}, indent=2))
@@ -100,8 +94,8 @@ def _evaluate(args):
 
 
 def _predict(args):
-    from keras_vit.export.runtimes import open_model
     from keras_vit.predict import predict_files
+    from keras_vit.runtimes import open_model
 
     if args.top_k < 1:
         raise ValueError(f"--top-k must be at least 1, got {args.top_k}.")

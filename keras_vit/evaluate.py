@@ -4,22 +4,25 @@ import os
 
 import numpy as np
 
-from keras_vit import data, pipeline
-from keras_vit.files import pyplot, save_figure, write_json
+from keras_vit import pipeline, plots
+from keras_vit.files import write_json
+from keras_vit.recipes import DATASET
+from keras_vit.run_folder import DatasetSpec
 
 
-def evaluate(model, dataset="cifar10-mini", split=None, batch_size=100, validation_split=0.1, seed=0):
+def evaluate(model, dataset=DATASET, split=None, batch_size=100):
     """Scores `model` on a dataset split (its test split when it has one, else validation).
 
-    `validation_split` and `seed` must match training's for a carved
-    validation split to hold the same images.
+    `dataset`: a name (folder, `.zip`, tfds or embedded dataset), or the run's
+    `DatasetSpec` (`RunFolder(path).dataset_spec()`), whose validation split and
+    seed carve the same validation images as training did.
 
     Returns:
         A dict with `top1`, `top5`, `per_class` accuracy, the `confusion`
         matrix (rows: true class, columns: predicted), `count` and `split`.
     """
-    folder = data.load_dataset(dataset, validation_split=validation_split, seed=seed)
-    split = split or ("test" if "test" in folder.splits else "validation")
+    spec = dataset if isinstance(dataset, DatasetSpec) else DatasetSpec(os.fspath(dataset))
+    folder, split = spec.held_out(split)
     class_names = list(folder.class_names)
     model_classes = getattr(model, "class_names", None)
     if model_classes is not None and list(model_classes) != class_names:
@@ -55,25 +58,7 @@ def evaluate(model, dataset="cifar10-mini", split=None, batch_size=100, validati
     }
 
 
-def plot_confusion(result, path):
-    """Writes the confusion matrix as a PNG, atomically."""
-    confusion = np.asarray(result["confusion"])
-    names = result["class_names"]
-    size = max(4, 0.5 * len(names) + 2)
-    figure, axis = pyplot().subplots(figsize=(size, size))
-    axis.imshow(confusion, cmap="Blues")
-    axis.set_xticks(range(len(names)), names, rotation=90)
-    axis.set_yticks(range(len(names)), names)
-    axis.set_xlabel("predicted")
-    axis.set_ylabel("true")
-    axis.set_title(f"{result['split']}: top-1 {result['top1']:.3f}")
-    for (i, j), count in np.ndenumerate(confusion):
-        axis.text(j, i, str(count), ha="center", va="center", fontsize=7)
-    figure.tight_layout()
-    save_figure(figure, path)
-
-
 def write_report(result, folder):
     """Writes `evaluation.json` and `confusion.png` into `folder`."""
     write_json(os.path.join(folder, "evaluation.json"), result)
-    plot_confusion(result, os.path.join(folder, "confusion.png"))
+    plots.confusion_matrix(result, os.path.join(folder, "confusion.png"))

@@ -4,6 +4,8 @@ import os
 
 import numpy as np
 
+from keras_vit.runtimes import TOP_K, ranked
+
 
 def read_image(path, image_size):
     """Reads one image file (any mode, EXIF-rotated) to float32 pixels in [0, 255] at `image_size`.
@@ -18,11 +20,11 @@ def read_image(path, image_size):
     return resize(load_image(path), image_size).numpy()
 
 
-def predict_files(runner, paths, top_k=5):
+def predict_files(runner, paths, top_k=TOP_K):
     """Classifies image files; a bad file is reported and the others still classified.
 
     Args:
-        runner: a `keras_vit.export.runtimes.Runner` (`open_model(path)`) for a
+        runner: a `keras_vit.runtimes.Runner` (`open_model(path)`) for a
             `.keras` file, run folder, SavedModel, `.tflite` or `.onnx`.
 
     Returns:
@@ -39,16 +41,9 @@ def predict_files(runner, paths, top_k=5):
         except (FileNotFoundError, ValueError) as error:
             results.append({"path": os.fspath(path), "error": str(error)})
     if images:
-        scores = runner.predict(np.stack(images))
-        k = min(top_k, scores.shape[-1])
-        for row, index in zip(scores, good, strict=True):
-            ranked = np.argsort(-row)[:k]
+        for row, index in zip(runner.predict(np.stack(images)), good, strict=True):
             results[index]["top_k"] = [
-                {
-                    "class": class_names[i] if class_names else str(i),
-                    "index": int(i),
-                    "probability": float(row[i]),
-                }
-                for i in ranked
+                {"class": name, "index": i, "probability": probability}
+                for name, i, probability in ranked(row, class_names, top_k)
             ]
     return results

@@ -10,6 +10,10 @@ STRATEGIES = ("auto", "mirrored", "multi-worker", "one-device")
 # Variables that get no weight decay (matched against variable paths).
 NO_DECAY = ["gamma", "beta", "bias", "cls_token", "position_embedding"]
 
+# A run's data and seed when the user names none.
+DATASET = "cifar10-mini"
+SEED = 0
+
 # Where neither the user nor the preset chooses.
 DEFAULTS = dict(
     model="vit_nano_patch4_32",

@@ -114,7 +114,8 @@ def image_folder(tmp_path_factory):
 def export_folder(tmp_path_factory):
     """A tiny ViT trained for one epoch, exported: SavedModel, fp32 TFLite, attention TFLite."""
     from keras_vit.export.exporter import export_model
-    from keras_vit.train import TrainConfig, train
+    from keras_vit.train import train
+    from keras_vit.train_config import TrainConfig
 
     run = tmp_path_factory.mktemp("run") / "run"
     train(

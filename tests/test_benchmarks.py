@@ -135,7 +135,7 @@ def test_gpu_benchmark_measures_each_side_and_writes_its_report_at_tiny_sizes(tm
 
 def test_the_small_scratch_recipe_is_a_plain_vit_under_10m_parameters_with_its_own_choices():
     from keras_vit import complexity, configs
-    from keras_vit.train import TrainConfig
+    from keras_vit.train_config import TrainConfig
 
     recipe = TrainConfig(dataset="unused", preset="small-scratch").resolved()
     assert recipe.model == "vit_cifar_patch4_32" and configs.get_model_config(recipe.model)["patch_size"] == 4

@@ -132,7 +132,8 @@ def test_a_folder_of_every_image_type_the_apps_open_decodes_as_predict_does_and_
     from PIL import Image
 
     from keras_vit import images, pipeline
-    from keras_vit.train import TrainConfig, train
+    from keras_vit.train import train
+    from keras_vit.train_config import TrainConfig
 
     rng = np.random.default_rng(0)
     for name, colour in {"red": (230, 20, 20), "blue": (20, 20, 230)}.items():

@@ -21,8 +21,8 @@ from PySide6.QtGui import QDropEvent, QImage  # noqa: E402
 import keras_vit  # noqa: E402
 from keras_vit.apps.desktop.inference import LoadedModel  # noqa: E402
 from keras_vit.apps.desktop.window import MainWindow, to_pixmap  # noqa: E402
+from keras_vit.classifier import load_classifier  # noqa: E402
 from keras_vit.export import tflite  # noqa: E402
-from keras_vit.export.classifier import load_classifier  # noqa: E402
 from keras_vit.predict import read_image  # noqa: E402
 
 WAIT_MS = 60_000

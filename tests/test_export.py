@@ -15,11 +15,11 @@ import tensorflow as tf
 
 import keras_vit
 from keras_vit import data
+from keras_vit.classifier import load_classifier
 from keras_vit.cli import main
 from keras_vit.export import metadata, tflite
-from keras_vit.export.classifier import load_classifier
 from keras_vit.export.exporter import export_model, next_version, recommended_variant
-from keras_vit.export.runtimes import open_model
+from keras_vit.runtimes import open_model
 
 VENV_BIN = os.path.dirname(sys.executable)
 

@@ -64,7 +64,8 @@ def test_jax_trains_resumes_after_sigkill_evaluates_and_exports_under_tensorflow
 
 DATA_PARALLEL = """
 import json, sys
-from keras_vit.train import TrainConfig, train
+from keras_vit.train import train
+from keras_vit.train_config import TrainConfig
 run = train(TrainConfig(**json.loads(sys.argv[1])))
 print(json.dumps({"loss": run.summary["history"]["loss"], "devices": __import__("jax").device_count()}))
 """

@@ -122,8 +122,8 @@ def model_inputs(export_folder, tmp_path_factory):
     """Model files that are not keras-vit models, or not whole ones."""
     import keras
 
+    from keras_vit.classifier import load_classifier
     from keras_vit.export import tflite
-    from keras_vit.export.classifier import load_classifier
 
     folder = tmp_path_factory.mktemp("models")
     inputs = []
@@ -247,7 +247,7 @@ def _write_report(path, tables):
         "and no hang; in the CLI and the apps the other images of the same call are still",
         "classified, and the CLI exits with status 1 (some images failed) or 2 (bad arguments).",
         "",
-        "Surfaces: Python API `keras_vit.predict.predict_files`, `keras_vit.export.runtimes.open_model`",
+        "Surfaces: Python API `keras_vit.predict.predict_files`, `keras_vit.runtimes.open_model`",
         "and `keras_vit.train.train`; CLI `keras-vit predict` (all images in one call) and `keras-vit",
         "train`; TF Serving: the SavedModel's `serving_default` signature, one request per image (an",
         "error is that request's INVALID_ARGUMENT, whose text starts with TensorFlow's function name,",
@@ -302,8 +302,8 @@ def _first_line(message):
 
 
 def test_python_api(export_folder, inputs, report):
-    from keras_vit.export.runtimes import open_model
     from keras_vit.predict import predict_files
+    from keras_vit.runtimes import open_model
 
     runner = open_model(export_folder["source"])
     results = predict_files(
@@ -347,14 +347,14 @@ def test_cli(export_folder, inputs, report):
 def test_tf_serving_signature(export_folder, inputs, report):
     import tensorflow as tf
 
-    from keras_vit.export.runtimes import SavedModelRunner
+    from keras_vit.runtimes import SavedModelRunner
 
     runner = SavedModelRunner(
         os.path.normpath(os.path.join(export_folder["folder"], export_folder["saved_model"]))
     )
 
-    from keras_vit.export.runtimes import open_model
     from keras_vit.predict import read_image
+    from keras_vit.runtimes import open_model
 
     keras_runner = open_model(export_folder["source"])
 
@@ -419,7 +419,7 @@ def test_model_files_on_every_surface(model_inputs, report, image_folder, capsys
     from keras_vit.apps.desktop.inference import LoadedModel
     from keras_vit.apps.mobile.build import describe_model
     from keras_vit.cli import main
-    from keras_vit.export.runtimes import open_model
+    from keras_vit.runtimes import open_model
 
     image = str(sorted(image_folder.glob("*.png"))[0])
 
@@ -448,7 +448,8 @@ def test_model_files_on_every_surface(model_inputs, report, image_folder, capsys
 
 def test_training_settings_and_datasets(settings_inputs, report, capsys):
     from keras_vit.cli import _parse_override, build_parser, main
-    from keras_vit.train import TrainConfig, train
+    from keras_vit.train import train
+    from keras_vit.train_config import TrainConfig
 
     by_name = {name: arguments for name, arguments, _ in settings_inputs}
     rows = [(name, None, description, False) for name, _, description in settings_inputs]

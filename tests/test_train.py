@@ -12,7 +12,8 @@ import keras
 import numpy as np
 import pytest
 
-from keras_vit.train import TrainConfig, build_model, compile_training_model, train
+from keras_vit.train import build_model, compile_training_model, train
+from keras_vit.train_config import TrainConfig
 
 TINY_MODEL = dict(hidden_dim=32, depth=2, num_heads=4, mlp_dim=64)
 
@@ -221,7 +222,8 @@ import json, sys
 import tensorflow as tf
 cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-from keras_vit.train import TrainConfig, build_model, compile_training_model, train
+from keras_vit.train import build_model, compile_training_model, train
+from keras_vit.train_config import TrainConfig
 config = TrainConfig(**json.loads(sys.argv[1]))
 strategy = sys.argv[2]
 if strategy == "mirrored":
@@ -272,7 +274,8 @@ def test_mirrored_over_two_cpu_replicas_matches_one_replica_with_clipping(colors
 WORKER = """
 import json, sys
 import numpy as np
-from keras_vit.train import TrainConfig, build_model, compile_training_model, train
+from keras_vit.train import build_model, compile_training_model, train
+from keras_vit.train_config import TrainConfig
 run = train(TrainConfig(**json.loads(sys.argv[1])))
 weights = np.concatenate([np.ravel(w) for w in run.model.get_weights()])
 np.save(sys.argv[2], weights)
@@ -344,7 +347,8 @@ import tensorflow as tf
 cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
 import keras_vit.distribute as d
-from keras_vit.train import TrainConfig, build_model, compile_training_model, train
+from keras_vit.train import build_model, compile_training_model, train
+from keras_vit.train_config import TrainConfig
 strategy = sys.argv[3]
 if strategy == "one-device":
     d._tf_strategy = lambda name: tf.distribute.OneDeviceStrategy("/cpu:0")

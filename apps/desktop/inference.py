@@ -1,7 +1,7 @@
 """Models and predictions for the desktop app, with no Qt: load any exported model, classify.
 
 Everything the app shows about a model (class names, image size, normalisation)
-comes from the model file through `keras_vit.export.runtimes`; nothing is typed
+comes from the model file through `keras_vit.runtimes`; nothing is typed
 here again.
 """
 
@@ -10,12 +10,9 @@ import dataclasses
 import os
 import time
 
-import numpy as np
-
+from keras_vit.export_folder import ATTENTION_FILE
 from keras_vit.images import IMAGE_EXTENSIONS
-
-TOP_K = 5
-ATTENTION_FILE = "model_attention.tflite"  # written beside model.tflite by `export --attention`
+from keras_vit.runtimes import TOP_K, open_model, ranked
 
 
 @dataclasses.dataclass
@@ -81,8 +78,6 @@ class LoadedModel:
             FileNotFoundError: nothing at `path`.
             ValueError: not a model, or not an image classifier (the message says which).
         """
-        from keras_vit.export.runtimes import open_model
-
         path = os.fspath(path)
         try:
             runner = open_model(path)
@@ -127,10 +122,10 @@ class LoadedModel:
         if with_attention and self.has_attention:
             _, maps = self.attention_runner.predict_attention(pixels)
             attention = maps[0]
-        ranked = np.argsort(-probabilities)[: min(top_k, len(probabilities))]
-        names = self.class_names
         return Prediction(
-            top_k=[(names[i], float(probabilities[i])) for i in ranked],
+            top_k=[
+                (name, probability) for name, _, probability in ranked(probabilities, self.class_names, top_k)
+            ],
             milliseconds=milliseconds,
             attention=attention,
             image=image,

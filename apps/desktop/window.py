@@ -32,6 +32,7 @@ from PySide6.QtWidgets import (
 
 from keras_vit.apps.desktop import inference, overlay
 from keras_vit.images import IMAGE_EXTENSIONS
+from keras_vit.runtimes import TOP_K
 
 IMAGE_VIEW_SIZE = 440
 MODEL_FILTER = "Models (*.tflite *.keras saved_model.pb);;All files (*)"
@@ -147,7 +148,7 @@ class MainWindow(QMainWindow):
         self.image_view.setStyleSheet("background:#f4f4f4; border:1px dashed #bbb; color:#777;")
         self.class_labels, self.bars = [], []
         results = QGridLayout()
-        for rank in range(inference.TOP_K):
+        for rank in range(TOP_K):
             label = QLabel("")
             label.setMinimumWidth(160)
             bar = QProgressBar()

@@ -21,6 +21,9 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from keras_vit.export_folder import TFLITE_FILE as MODEL_FILE
+from keras_vit.runtimes import TOP_K, TFLiteRunner
+
 HERE = Path(__file__).resolve().parent
 WEB = HERE / "web"
 NODE_MODULES = HERE / "node_modules"
@@ -35,7 +38,6 @@ VENDOR_FILES = (
     "@litertjs/core/wasm/litert_wasm_compat_internal.js",
     "@litertjs/core/wasm/litert_wasm_compat_internal.wasm",
 )
-MODEL_FILE = "model.tflite"
 ICON_SIZES = (192, 512)
 INPUT_TYPES = ("float32", "uint8", "int8")
 
@@ -86,8 +88,6 @@ def describe_model(path):
     """
     import numpy as np
 
-    from keras_vit.export.runtimes import TFLiteRunner
-
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"Model not found: {path} (pass the .tflite that `keras-vit export` wrote).")
@@ -98,7 +98,7 @@ def describe_model(path):
     # The runner checks the file, reads the metadata and labels and finds the probabilities.
     runner = TFLiteRunner(path)
     metadata, image = runner.metadata, runner.input_details
-    if len(runner.interpreter.get_input_details()) != 1:
+    if runner.input_count != 1:
         raise ValueError(f"{path} has more than one input; the app feeds one image.")
     signature = [int(d) for d in image["shape_signature"]]
     if len(signature) != 4 or signature[0] != 1 or signature[3] != 3 or min(signature) < 1:
@@ -120,6 +120,7 @@ def describe_model(path):
         "name": metadata["name"] or path.stem,
         "description": metadata["description"],
         "file": MODEL_FILE,
+        "topK": TOP_K,
         "bytes": len(flatbuffer),
         "sha256": hashlib.sha256(flatbuffer).hexdigest(),
         "imageSize": signature[1:3],

@@ -1,12 +1,11 @@
 // keras-vit's mobile classifier: runs the exported .tflite on the device with LiteRT.js.
 // Everything about the model (file, class names, image size, normalisation, input and
-// output types) comes from model.json, which `keras-vit app mobile` reads out of the
+// output types, how many classes to list) comes from model.json, which `keras-vit app mobile` reads out of the
 // .tflite's own metadata.
 
 import {isWebGPUSupported, loadAndCompile, loadLiteRt, Tensor} from '@litertjs/core';
 import {resizeRgba, toModelInput, toProbabilities, topK} from './preprocess.js';
 
-const TOP_K = 5;
 const MAX_SIDE = 2048; // photos are read at most this large, as keras_vit.images.load_image does
 const LIVE_MAX_SIDE = 640; // camera frames: small enough to classify many per second
 const WASM_FOLDER = './vendor/@litertjs/core/wasm/';
@@ -131,7 +130,7 @@ async function classifyPixels({rgba, width, height}) {
   const milliseconds = performance.now() - start;
   app.lastInput = pixels;
   app.lastProbabilities = probabilities;
-  showPredictions(topK(probabilities, app.info.labels, TOP_K), milliseconds);
+  showPredictions(topK(probabilities, app.info.labels, app.info.topK), milliseconds);
 }
 
 function showPredictions(predictions, milliseconds) {

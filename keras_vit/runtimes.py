@@ -13,6 +13,21 @@ import os
 import numpy as np
 
 from keras_vit import framework_logs
+from keras_vit.export_folder import LABELS_FILE
+
+# How many classes an answer lists: `keras-vit predict`, the apps, the SavedModel's outputs.
+TOP_K = 5
+
+
+def ranked(probabilities, class_names=None, k=TOP_K):
+    """One image's `k` most probable classes: `[(class name, index, probability)]`, best first."""
+    order = np.argsort(-np.asarray(probabilities))[: min(k, len(probabilities))]
+    return [(class_names[i] if class_names else str(i), int(i), float(probabilities[i])) for i in order]
+
+
+def _in_batches(run, images, batch_size=64):
+    """`run` over `images` a batch at a time, outputs concatenated: bounded memory for any count."""
+    return np.concatenate([run(images[i : i + batch_size]) for i in range(0, len(images), batch_size)])
 
 
 class Runner:
@@ -46,7 +61,7 @@ class KerasRunner(Runner):
     kind = "keras"
 
     def __init__(self, source):
-        from keras_vit.export.classifier import load_classifier
+        from keras_vit.classifier import load_classifier
 
         self.classifier = load_classifier(source)
         self.image_size = self.classifier.image_size
@@ -67,11 +82,9 @@ class KerasRunner(Runner):
         return tf.function(function, input_signature=[spec])
 
     def predict(self, images, batch_size=64):
-        images = self._checked(images)
-        outputs = [
-            self._probabilities(images[i : i + batch_size]).numpy() for i in range(0, len(images), batch_size)
-        ]
-        return np.concatenate(outputs)
+        return _in_batches(
+            lambda batch: self._probabilities(batch).numpy(), self._checked(images), batch_size
+        )
 
     def predict_attention(self, images):
         """`(probabilities, attention-rollout maps (n, rows, cols))`, from `keras_vit.attention`."""
@@ -89,8 +102,6 @@ class SavedModelRunner(Runner):
     def __init__(self, path):
         import tensorflow as tf
 
-        from keras_vit.export.serving import LABELS_FILE
-
         loaded = tf.saved_model.load(path)
         if "serving_images" not in loaded.signatures:
             raise ValueError(f"{path} is a SavedModel, but not one from `keras-vit export`.")
@@ -105,12 +116,10 @@ class SavedModelRunner(Runner):
     def predict(self, images, batch_size=64):
         import tensorflow as tf
 
-        images = self._checked(images)
-        outputs = [
-            self._signature(images=tf.constant(images[i : i + batch_size]))["probabilities"].numpy()
-            for i in range(0, len(images), batch_size)
-        ]
-        return np.concatenate(outputs)
+        def run(batch):
+            return self._signature(images=tf.constant(batch))["probabilities"].numpy()
+
+        return _in_batches(run, self._checked(images), batch_size)
 
     def predict_bytes(self, encoded_images):
         """What TF Serving runs for a REST request: encoded image bytes through `serving_default`."""
@@ -121,6 +130,13 @@ class SavedModelRunner(Runner):
 
 
 class TFLiteRunner(Runner):
+    """Runs a `.tflite` with LiteRT, one image at a time.
+
+    Public for the apps: `flatbuffer` (the file's bytes), `metadata` (`read_metadata`'s
+    dict: name, description, labels, mean, std), `input_details` and `output_details`
+    (LiteRT's, of the image input and the probabilities) and `input_count`.
+    """
+
     kind = "tflite"
 
     def __init__(self, path, num_threads=None):
@@ -145,6 +161,7 @@ class TFLiteRunner(Runner):
         except (RuntimeError, ValueError) as error:
             first_line = str(error).strip().splitlines()[0]
             raise ValueError(f"{path} cannot run in LiteRT ({first_line}); re-export it.") from None
+        self.input_count = len(self.interpreter.get_input_details())
         self.input_details = self.interpreter.get_input_details()[0]
         outputs = self.interpreter.get_output_details()
         # Probabilities are (1, classes); the attention model adds a (1, rows, cols) map.
@@ -209,12 +226,9 @@ class OnnxRunner(Runner):
         self.class_names = meta["class_names"].split("\n") if "class_names" in meta else None
 
     def predict(self, images, batch_size=64):
-        images = self._checked(images)
-        outputs = [
-            self.session.run(None, {"images": images[i : i + batch_size]})[0]
-            for i in range(0, len(images), batch_size)
-        ]
-        return np.concatenate(outputs)
+        return _in_batches(
+            lambda batch: self.session.run(None, {"images": batch})[0], self._checked(images), batch_size
+        )
 
 
 def open_model(path):

@@ -1,0 +1,66 @@
+"""An export folder: the files `keras-vit export` writes, and the one way to read them.
+
+    OUTPUT/<name>/<N>/             the SavedModel TF Serving loads (version N)
+    OUTPUT/<name>/export-<N>/      model.tflite (the recommended variant), model_<variant>.tflite,
+                                   model_attention.tflite (with --attention), model.onnx,
+                                   labels.txt, export.json, verification.json, verification.md
+
+`export.json` (the manifest) names every file and the dataset the exports
+were verified on; `ExportFolder` reads it for `keras-vit verify` and the apps.
+"""
+
+import json
+import os
+
+from keras_vit.run_folder import DatasetSpec
+
+MANIFEST_FILE = "export.json"
+LABELS_FILE = "labels.txt"  # one class name per line: here, in SavedModel assets and in TFLite metadata
+TFLITE_FILE = "model.tflite"  # the variant apps should ship
+ATTENTION_FILE = "model_attention.tflite"
+ONNX_FILE = "model.onnx"
+VERIFICATION_FILES = ("verification.json", "verification.md")
+
+
+def tflite_file(variant):
+    """`model_fp16.tflite` for variant `fp16`; `attention` is the fp32 model with the rollout output."""
+    return ATTENTION_FILE if variant == "attention" else f"model_{variant}.tflite"
+
+
+def files_folder(home, version):
+    """Where version `version`'s files go: `export-<N>`, beside the SavedModel folder `<N>`."""
+    return os.path.join(home, f"export-{version}")
+
+
+class ExportFolder:
+    """An `OUTPUT/<name>/export-<N>` folder, read through its manifest."""
+
+    def __init__(self, path):
+        self.path = os.fspath(path)
+        manifest = os.path.join(self.path, MANIFEST_FILE)
+        if not os.path.exists(manifest):
+            raise FileNotFoundError(
+                f"No {MANIFEST_FILE} in {self.path}: give an export folder (OUTPUT/<name>/export-<N>)."
+            )
+        with open(manifest) as f:
+            self.manifest = json.load(f)
+
+    def dataset_spec(self):
+        """The dataset and held-out split the exports were verified on."""
+        defaults = DatasetSpec()
+        return DatasetSpec(
+            name=self.manifest.get("dataset"),
+            validation_split=self.manifest.get("validation_split", defaults.validation_split),
+            seed=self.manifest.get("seed", defaults.seed),
+        )
+
+    def exports(self):
+        """`{kind: path}` for every export: `saved_model`, `tflite_<variant>`, `onnx`."""
+        found = {}
+        if self.manifest.get("saved_model"):
+            found["saved_model"] = os.path.normpath(os.path.join(self.path, self.manifest["saved_model"]))
+        for variant in self.manifest.get("tflite_variants", []):
+            found[f"tflite_{variant}"] = os.path.join(self.path, tflite_file(variant))
+        if ONNX_FILE in self.manifest["files"]:
+            found["onnx"] = os.path.join(self.path, ONNX_FILE)
+        return found

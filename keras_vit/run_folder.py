@@ -1,0 +1,106 @@
+"""A training run's folder: the files `keras-vit train` writes there, and the one way to read them.
+
+    model.keras        the best model by validation accuracy (class names and
+                       normalisation inside), written atomically
+    class_names.json   the labels, in output order (for people and tools without Keras)
+    preprocessing.json image size, mean and std: what the model expects (idem)
+    history.json       the run's settings, per-epoch metrics and the final ones
+    training.png       the training curves
+    log.csv, logs/     a CSV log and TensorBoard logs
+    backup/            the mid-epoch backup a killed run resumes from
+
+Every reader of a run (`evaluate`, `export`, `verify`, the benchmarks) goes
+through `RunFolder`, and every reader of "which images were held out" through
+`DatasetSpec`.
+"""
+
+import dataclasses
+import json
+import os
+
+from keras_vit import data
+from keras_vit.recipes import DEFAULTS, SEED
+
+MODEL_FILE = "model.keras"
+HISTORY_FILE = "history.json"
+CLASS_NAMES_FILE = "class_names.json"
+PREPROCESSING_FILE = "preprocessing.json"
+CURVES_FILE = "training.png"
+LOG_FILE = "log.csv"
+TENSORBOARD_FOLDER = "logs"
+BACKUP_FOLDER = "backup"
+
+
+@dataclasses.dataclass(frozen=True)
+class DatasetSpec:
+    """Which dataset a model was trained on and how its validation split was carved.
+
+    The same name, split and seed give the same held-out images, so a model is
+    evaluated and its exports verified on images it never trained on.
+    """
+
+    name: str | None = None  # None: unknown (a `.keras` file outside a run folder)
+    validation_split: float = DEFAULTS["validation_split"]
+    seed: int = SEED
+
+    def with_name(self, name):
+        """This spec on dataset `name` instead, when one is given (a flag wins over the run)."""
+        return self if name is None else dataclasses.replace(self, name=os.fspath(name))
+
+    def load(self):
+        if self.name is None:
+            raise ValueError(
+                "The dataset is unknown: pass --dataset (a folder, .zip, tfds name or cifar10-mini)."
+            )
+        return data.load_dataset(self.name, validation_split=self.validation_split, seed=self.seed)
+
+    def held_out(self, split=None):
+        """`(dataset, split name)`: `split`, else the test split when there is one, else validation."""
+        dataset = self.load()
+        return dataset, split or ("test" if "test" in dataset.splits else "validation")
+
+
+class RunFolder:
+    """A run folder (it need not exist yet: `train` makes it)."""
+
+    def __init__(self, path):
+        self.path = os.fspath(path)
+
+    @classmethod
+    def containing(cls, model):
+        """The folder of `model`: a run folder itself, or a `.keras` file's folder."""
+        model = os.fspath(model)
+        return cls(model if os.path.isdir(model) else os.path.dirname(os.path.abspath(model)))
+
+    def file(self, name):
+        return os.path.join(self.path, name)
+
+    @property
+    def model_file(self):
+        return self.file(MODEL_FILE)
+
+    @property
+    def finished(self):
+        """Whether training ended here (it writes history.json last)."""
+        return os.path.exists(self.file(HISTORY_FILE))
+
+    def summary(self):
+        """history.json: the run's `config`, `history` and `final` metrics; {} before the run ends."""
+        if not self.finished:
+            return {}
+        with open(self.file(HISTORY_FILE)) as f:
+            return json.load(f)
+
+    def settings(self):
+        """The run's TrainConfig as a dict; {} for a folder with no finished run."""
+        return self.summary().get("config", {})
+
+    def dataset_spec(self):
+        """The run's `DatasetSpec`; an unknown dataset outside a finished run."""
+        settings = self.settings()
+        defaults = DatasetSpec()
+        return DatasetSpec(
+            name=settings.get("dataset"),
+            validation_split=settings.get("validation_split", defaults.validation_split),
+            seed=settings.get("seed", defaults.seed),
+        )

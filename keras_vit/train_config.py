@@ -1,0 +1,109 @@
+"""`TrainConfig`: every setting of a training run, resolved from flag, preset and default.
+
+`keras-vit train` flags map one to one onto its fields; `resolved()` fills what
+the user left unset from the preset (`recipes.PRESETS`), else from
+`recipes.DEFAULTS`, and validates the result before anything is built.
+"""
+
+import dataclasses
+
+from keras_vit import configs
+from keras_vit.recipes import DATASET, DEFAULTS, PRECISIONS, PRESETS, SEED, STRATEGIES
+
+
+@dataclasses.dataclass
+class TrainConfig:
+    """Everything a run needs; `keras-vit train` flags map one to one.
+
+    A setting left None comes from the preset (`recipes.PRESETS`), else from
+    `recipes.DEFAULTS`: `resolved()` fills them in.
+    """
+
+    dataset: str = DATASET
+    model: str | None = None
+    output: str = "runs/latest"
+    preset: str = "scratch"
+    epochs: int | None = None
+    batch_size: int | None = None
+    learning_rate: float | None = None
+    weight_decay: float | None = None
+    warmup_epochs: float | None = None
+    label_smoothing: float | None = None
+    clipnorm: float = 1.0
+    dropout: float = 0.0
+    drop_path_rate: float | None = None
+    image_size: int | None = None
+    validation_split: float | None = None
+    crop: str | None = None
+    crop_min_scale: float | None = None
+    flip: bool = True
+    randaugment: int | None = None
+    mixup: float | None = None
+    cutmix: float | None = None
+    random_erasing: float | None = None
+    repeated_augmentation: int | None = None
+    ema: float | None = None  # momentum of the weights' moving average; 0 is off
+    precision: str | None = None
+    jit_compile: bool = True
+    strategy: str = "auto"
+    weights: str | None = None
+    freeze_backbone: bool = False
+    image_mean: tuple = (0.5, 0.5, 0.5)
+    image_std: tuple = (0.5, 0.5, 0.5)
+    seed: int = SEED
+    backup_every_steps: int = 100
+    steps_per_epoch: int | None = None
+    overrides: dict = dataclasses.field(default_factory=dict)  # more create_model arguments
+
+    def validate(self):
+        """Raises ValueError for a setting no run can use; call it on a `resolved()` config."""
+        if self.strategy not in STRATEGIES:
+            raise ValueError(f"Unknown strategy {self.strategy!r}; strategies: {', '.join(STRATEGIES)}.")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"Unknown precision {self.precision!r}; choose {', '.join(PRECISIONS)}.")
+        configs.get_model_config(self.model)
+        for name in ("epochs", "batch_size", "backup_every_steps", "repeated_augmentation"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}.")
+        not_negative = ("learning_rate", "weight_decay", "warmup_epochs", "label_smoothing", "clipnorm")
+        for name in not_negative + ("randaugment", "mixup", "cutmix", "random_erasing"):
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                raise ValueError(f"{name} must not be negative, got {value}.")
+        if self.random_erasing > 1:
+            raise ValueError(f"random_erasing is a probability in [0, 1], got {self.random_erasing}.")
+        if not 0 <= self.ema < 1:
+            raise ValueError(f"ema is a momentum in [0, 1) (0 is off), got {self.ema}.")
+        if not 0 < self.crop_min_scale <= 1:
+            raise ValueError(
+                f"crop_min_scale is a fraction of the area in (0, 1], got {self.crop_min_scale}."
+            )
+        if self.learning_rate == 0:
+            raise ValueError("learning_rate must be positive.")
+        # These come from their own settings or from the dataset; an override would disagree.
+        owned = {"num_classes", "class_names", "image_size", "dropout", "drop_path_rate"}
+        owned |= {"image_mean", "image_std", "dtype", "name"}
+        clash = sorted(owned & set(self.overrides))
+        if clash:
+            raise ValueError(
+                f"--override cannot set {clash}: use the matching flag (e.g. --image-size, --precision) "
+                f"or let the dataset decide (classes)."
+            )
+
+    def resolved(self):
+        """This config with every setting left None taken from the preset, else from
+        `recipes.DEFAULTS`; validated."""
+        if self.preset not in PRESETS:
+            raise ValueError(f"Unknown preset {self.preset!r}; presets: {', '.join(sorted(PRESETS))}.")
+        values = dataclasses.asdict(self)
+        for source in (PRESETS[self.preset], DEFAULTS):
+            for key, value in source.items():
+                if values.get(key) is None:
+                    values[key] = value
+        model_size = configs.get_model_config(values["model"])["image_size"]
+        values["image_size"] = values["image_size"] or model_size
+        if values["crop"] is None:
+            values["crop"] = "pad" if values["image_size"] <= 64 else "resized"
+        config = TrainConfig(**values)
+        config.validate()
+        return config
