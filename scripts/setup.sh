@@ -31,10 +31,11 @@ apt_install() {
 
 case ",$extras," in
 *,apps,* | *,dev,*)
-    # The mobile app's front end (LiteRT.js), pinned by apps/mobile/package-lock.json.
+    # The mobile app's front end (LiteRT.js), pinned by apps/mobile/package-lock.json, into a
+    # per-user cache (~/.cache/keras-vit), never into the package.
     command -v npm > /dev/null || apt_install nodejs npm
-    echo "Installing the mobile app's front end (npm ci in apps/mobile) ..."
-    (cd apps/mobile && npm ci --no-audit --no-fund --loglevel=error)
+    echo "Installing the mobile app's front end (npm ci into ~/.cache/keras-vit) ..."
+    .venv/bin/python -c 'from keras_vit.apps.mobile.build import ensure_front_end; print(ensure_front_end())'
     ;;
 esac
 case ",$extras," in

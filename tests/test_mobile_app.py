@@ -369,3 +369,105 @@ def test_server_types_https_and_clear_errors(app_folder, tmp_path):
     finally:
         httpd.shutdown()
         httpd.server_close()
+
+
+def test_the_front_end_installs_once_into_the_users_cache(tmp_path, monkeypatch):
+    """`npm ci` runs in a staging folder of the cache, renamed into place; a second build reuses it."""
+    from keras_vit.apps.mobile import build
+
+    installed = build.ensure_front_end()  # the suite's own cache, filled by scripts/setup.sh
+    fake_bin = tmp_path / "bin"
+    fake_bin.mkdir()
+    calls = tmp_path / "npm-calls"
+    (fake_bin / "npm").write_text(f'#!/bin/sh\necho "$PWD" >> {calls}\ncp -r {installed} ./node_modules\n')
+    (fake_bin / "npm").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake_bin}:{os.environ['PATH']}")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+
+    node_modules = build.ensure_front_end()
+    assert node_modules == build.front_end_folder() / "node_modules"
+    assert node_modules.is_relative_to(tmp_path / "cache" / "keras-vit")
+    assert build.ensure_front_end() == node_modules
+    assert len(calls.read_text().splitlines()) == 1  # installed once, in a staging folder
+    assert os.listdir(node_modules.parent.parent) == [node_modules.parent.name]  # no staging left
+
+
+def test_a_non_editable_install_builds_the_app_without_writing_into_the_package(model_path, tmp_path):
+    """pip install . (not -e) into a fresh venv: the app builds, and the package's files are unchanged."""
+    import sysconfig
+    from pathlib import Path
+
+    from keras_vit.apps.mobile import build
+
+    source = tmp_path / "source"
+    shutil.copytree(
+        Path(__file__).resolve().parents[1],
+        source,
+        ignore=shutil.ignore_patterns(
+            ".*", "node_modules", "runs", "exports", "build", "*.egg-info", "__pycache__"
+        ),
+    )
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            tmp_path / "wheel",
+            source,
+        ],
+        check=True,
+    )
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", venv], check=True)
+    python = venv / "bin" / "python"
+    wheel = next((tmp_path / "wheel").glob("keras_vit-*.whl"))
+    subprocess.run([python, "-m", "pip", "install", "-q", "--no-deps", "--no-index", wheel], check=True)
+    site = subprocess.check_output(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], text=True
+    ).strip()
+    # keras-vit's dependencies come from the suite's environment, after the venv's own site-packages.
+    (Path(site) / "suite_dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    package = Path(site) / "keras_vit"
+
+    def snapshot():
+        return {
+            p.relative_to(package).as_posix(): p.stat().st_mtime_ns
+            for p in package.rglob("*")
+            if "__pycache__" not in p.parts
+        }
+
+    before = snapshot()
+    cache = tmp_path / "cache"
+    front_end = cache / build.front_end_folder().relative_to(build.front_end_folder().parents[2])
+    shutil.copytree(build.ensure_front_end().parent, front_end)  # as `npm ci` left it: no network here
+    result = subprocess.run(
+        [
+            python,
+            "-m",
+            "keras_vit",
+            "app",
+            "mobile",
+            "--model",
+            model_path,
+            "--build-only",
+            "--output",
+            tmp_path / "app",
+        ],
+        env=dict(os.environ, XDG_CACHE_HOME=str(cache)),
+        cwd=tmp_path,  # not the source tree, which would shadow the installed package
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    where = subprocess.check_output(
+        [python, "-c", "import keras_vit.apps.mobile.build as b; print(b.__file__)"], text=True, cwd=tmp_path
+    )
+    assert where.startswith(str(package))
+    assert (tmp_path / "app" / "vendor" / "@litertjs" / "core" / "dist" / "index.js").is_file()
+    assert snapshot() == before and not (package / "apps" / "mobile" / "node_modules").exists()

@@ -6,11 +6,15 @@ or copied to any static HTTPS host:
     index.html, app.js, preprocess.js, style.css   the page (apps/mobile/web/)
     sw.js                                           the service worker, with its precache list
     manifest.webmanifest, icons/                    what makes it installable
-    vendor/@litertjs/...                            LiteRT.js from node_modules (package-lock.json)
+    vendor/@litertjs/...                            LiteRT.js (package-lock.json), from npm
     model.tflite, model.json                        the model and what its metadata says
 
 model.json is read out of the `.tflite` (its metadata, label file and tensor details), so the
 class names, image size and normalisation have one source: the exported model.
+
+LiteRT.js is installed once per user (`npm ci`) into a cache folder named after the lock
+file (`front_end_folder()`), never into the installed package, which may be read-only and
+is replaced by the next upgrade.
 """
 
 import hashlib
@@ -26,7 +30,6 @@ from keras_vit.runtimes import TOP_K, TFLiteRunner
 
 HERE = Path(__file__).resolve().parent
 WEB = HERE / "web"
-NODE_MODULES = HERE / "node_modules"
 PAGE_FILES = ("index.html", "app.js", "preprocess.js", "style.css")
 # LiteRT.js picks the relaxed-SIMD build where the browser has it, else the compatible one;
 # the threaded and JSPI builds are not used (they need cross-origin isolation or WebNN).
@@ -51,31 +54,56 @@ def _locked_versions():
     }
 
 
-def _installed_version(package):
-    manifest = NODE_MODULES / package / "package.json"
+def _installed_version(node_modules, package):
+    manifest = node_modules / package / "package.json"
     return json.loads(manifest.read_text())["version"] if manifest.exists() else None
 
 
+def front_end_folder():
+    """The per-user folder LiteRT.js is installed into: `$XDG_CACHE_HOME` (default ~/.cache)
+    `/keras-vit/mobile-front-end/<hash of package-lock.json>`, so a new lock gets a new folder."""
+    lock = (HERE / "package-lock.json").read_bytes()
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return cache / "keras-vit" / "mobile-front-end" / hashlib.sha256(lock).hexdigest()[:16]
+
+
 def ensure_front_end():
-    """Installs the locked front-end packages (`npm ci`) unless node_modules already has them."""
-    locked = _locked_versions()
-    if all(_installed_version(name) == version for name, version in locked.items()):
-        return
+    """Installs the locked front-end packages (`npm ci`) into `front_end_folder()` unless they
+    are there already; returns its node_modules folder."""
+    folder = front_end_folder()
+    node_modules = folder / "node_modules"
+    if all(_installed_version(node_modules, name) == version for name, version in _locked_versions().items()):
+        return node_modules
     npm = shutil.which("npm")
     if npm is None:
         raise ValueError(
             "The mobile app needs LiteRT.js from npm once, and npm is not installed: install "
             "Node.js (e.g. `apt-get install nodejs npm`), then run `bash scripts/setup.sh apps`."
         )
-    result = subprocess.run(
-        [npm, "ci", "--no-audit", "--no-fund", "--loglevel=error"],
-        cwd=HERE,
-        capture_output=True,
-        text=True,
-    )
-    if result.returncode != 0:
-        detail = (result.stderr or result.stdout).strip().splitlines()[-1:] or ["no output"]
-        raise ValueError(f"`npm ci` in {HERE} failed ({detail[0]}); run it there to see why.")
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    # Installed beside its final name and renamed into place: an interrupted install leaves nothing.
+    staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
+    try:
+        for name in ("package.json", "package-lock.json"):
+            shutil.copyfile(HERE / name, staging / name)
+        result = subprocess.run(
+            [npm, "ci", "--no-audit", "--no-fund", "--loglevel=error"],
+            cwd=staging,
+            capture_output=True,
+            text=True,
+        )
+        if result.returncode != 0:
+            detail = (result.stderr or result.stdout).strip().splitlines()[-1:] or ["no output"]
+            raise ValueError(
+                f"`npm ci` for the mobile app's front end failed ({detail[0]}); run it in a copy of "
+                f"{HERE / 'package-lock.json'} to see why."
+            )
+        if folder.exists():  # an incomplete earlier install
+            shutil.rmtree(folder)
+        os.replace(staging, folder)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return node_modules
 
 
 def describe_model(path):
@@ -195,7 +223,7 @@ def build_app(model_path, output):
     never leaves a half-written app.
     """
     description = describe_model(model_path)
-    ensure_front_end()
+    node_modules = ensure_front_end()
     output = Path(output).resolve()
     if output.exists() and not _is_replaceable(output):
         raise ValueError(f"{output} exists and is not a mobile app build; choose another --output.")
@@ -206,7 +234,7 @@ def build_app(model_path, output):
             shutil.copyfile(WEB / name, staging / name)
         for name in VENDOR_FILES:
             (staging / "vendor" / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(NODE_MODULES / name, staging / "vendor" / name)
+            shutil.copyfile(node_modules / name, staging / "vendor" / name)
         shutil.copyfile(model_path, staging / MODEL_FILE)
         (staging / "model.json").write_text(json.dumps(description, indent=2) + "\n")
         (staging / "manifest.webmanifest").write_text(json.dumps(_manifest(description), indent=2) + "\n")
