@@ -38,6 +38,10 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=rank)  # stable: the other files, and each file's tests, keep their order
 
 
+# A line TensorFlow, XLA, absl or LiteRT writes from C++ ("I0000 00:00:...", "E0000 ... cuInit"):
+# the CLI shows none unless --verbose.
+NATIVE_LOG_LINE = r"(?m)^([IWEF]\d{4} |WARNING: All log messages before absl|INFO: Created TensorFlow Lite)"
+
 # dim 32, depth 2, 32 x 32 images: the suite's standard model.
 TINY = dict(image_size=32, patch_size=4, hidden_dim=32, depth=2, num_heads=4, mlp_dim=64, num_classes=10)
 

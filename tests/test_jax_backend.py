@@ -6,11 +6,13 @@ backend once per process), on the CPU, with the suite's tiny model.
 
 import json
 import os
+import re
 import subprocess
 import sys
 
 import numpy as np
 import pytest
+from conftest import NATIVE_LOG_LINE
 
 pytest.importorskip("jax")
 
@@ -20,6 +22,15 @@ TINY_FLAGS = [f"--override={k}={v}" for k, v in TINY_MODEL.items()]
 
 def _env(backend, **extra):
     return dict(os.environ, KERAS_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="3", **extra)
+
+
+def _user_env(backend):
+    """A user's shell: no TF_CPP_MIN_LOG_LEVEL; the CLI keeps the frameworks' lines off itself."""
+    return {**{k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}, "KERAS_BACKEND": backend}
+
+
+def _assert_quiet(result):
+    assert not re.search(NATIVE_LOG_LINE, result.stderr), result.stderr[-3000:]
 
 
 def _cli(*args):
@@ -37,8 +48,9 @@ def test_jax_trains_resumes_after_sigkill_evaluates_and_exports_under_tensorflow
     kill_after_two_epochs(train, _env("jax"), run)
     assert os.listdir(run / "backup") and not (run / "history.json").exists()
 
-    finished = subprocess.run(train, env=_env("jax"), capture_output=True, text=True, timeout=300)
+    finished = subprocess.run(train, env=_user_env("jax"), capture_output=True, text=True, timeout=300)
     assert finished.returncode == 0, finished.stderr[-3000:]
+    _assert_quiet(finished)
     summary = json.loads((run / "history.json").read_text())
     assert summary["backend"] == "jax"
     assert summary["optimizer_steps"] == summary["steps"] == 6 * (54 // 8)
@@ -46,18 +58,24 @@ def test_jax_trains_resumes_after_sigkill_evaluates_and_exports_under_tensorflow
     assert {"model.keras", "class_names.json", "preprocessing.json", "training.png"} <= set(os.listdir(run))
 
     evaluated = subprocess.run(
-        _cli("evaluate", str(run), "--json"), env=_env("jax"), capture_output=True, text=True, timeout=120
+        _cli("evaluate", str(run), "--json"),
+        env=_user_env("jax"),
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert evaluated.returncode == 0, evaluated.stderr[-3000:]
+    _assert_quiet(evaluated)
     assert json.loads(evaluated.stdout)["top1"] >= 0.9  # three colours are easy
 
     # The .keras written under JAX exports under TensorFlow, verified against Keras.
     exported = subprocess.run(
         _cli("export", str(run), "--output", str(tmp_path / "exports"), "--format", "saved_model,tflite",
              "--quantize", "none", "--json"),
-        env=_env("tensorflow"), capture_output=True, text=True, timeout=300,
+        env=_user_env("tensorflow"), capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert exported.returncode == 0, exported.stderr[-3000:]
+    _assert_quiet(exported)
     verification = json.loads(exported.stdout)["verification"]
     assert verification["passed"] and verification["results"]["tflite_fp32"]["meets_target"]
 
