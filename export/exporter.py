@@ -22,6 +22,12 @@ import shutil
 import tempfile
 import time
 
+import keras
+
+from keras_vit import __version__
+from keras_vit.classifier import load_classifier
+from keras_vit.export import metadata, onnx_model, serving, tflite
+from keras_vit.export.verify import format_table, verify_exports, write_report
 from keras_vit.export_folder import (
     LABELS_FILE,
     MANIFEST_FILE,
@@ -30,6 +36,7 @@ from keras_vit.export_folder import (
     files_folder,
     tflite_file,
 )
+from keras_vit.files import write_bytes, write_json
 from keras_vit.run_folder import RunFolder
 
 logger = logging.getLogger(__name__)
@@ -139,9 +146,6 @@ def export_model(
     Returns:
         The manifest (also written to `export.json`), with `"verification"`.
     """
-    from keras_vit.classifier import load_classifier
-    from keras_vit.export.verify import format_table
-
     _require_tensorflow_backend()
     unknown = [f for f in formats if f not in FORMATS]
     if unknown or not formats:
@@ -177,8 +181,6 @@ def export_model(
 
 
 def _require_tensorflow_backend():
-    import keras
-
     if keras.backend.backend() != "tensorflow":
         raise ValueError(
             f"Exporting needs the TensorFlow backend (SavedModel, TFLite and ONNX are made from "
@@ -210,8 +212,6 @@ class _Staging:
 
     def publish(self, manifest):
         """Writes the manifest and renames the files into place, the SavedModel last."""
-        from keras_vit.files import write_json
-
         write_json(os.path.join(self.files, MANIFEST_FILE), manifest)
         os.rename(self.files, self.published_files)
         if os.path.exists(self.saved_model):
@@ -223,9 +223,6 @@ class _Staging:
 
 def _convert(classifier, staging, formats, variants, spec, int8_input, calibration_images, source):
     """Writes every requested file into the staging folder; returns `{kind: path}`."""
-    from keras_vit.export import metadata, onnx_model, serving, tflite
-    from keras_vit.files import write_bytes
-
     files = {}
     if "saved_model" in formats:
         logger.info("Writing the serving SavedModel ...")
@@ -257,8 +254,6 @@ def _convert(classifier, staging, formats, variants, spec, int8_input, calibrati
 
 
 def _verify(classifier, files, spec, verify_images, folder):
-    from keras_vit.export.verify import verify_exports, write_report
-
     logger.info("Verifying every export against Keras ...")
     report = verify_exports(classifier.model, files, spec, limit=verify_images)
     write_report(report, folder)
@@ -271,8 +266,6 @@ def _choose_tflite(report):
 
 
 def _manifest(classifier, source, spec, version, formats, variants, files):
-    from keras_vit import __version__
-
     return {
         "name": classifier.name,
         "version": version,

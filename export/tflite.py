@@ -8,8 +8,12 @@ ops are allowed: a Flex or custom op fails the export, naming the op.
 
 import tempfile
 
+import keras
 import numpy as np
 import tensorflow as tf
+
+from keras_vit import data, pipeline
+from keras_vit.attention import AttentionRollout
 
 # The variants, in the order they are exported and reported.
 VARIANTS = ("fp32", "fp16", "dynamic", "int8")
@@ -24,8 +28,6 @@ def _converter(classifier, folder, outputs=None):
 
     `outputs` maps images to a dict of output tensors; probabilities alone by default.
     """
-    import keras
-
     height, width = classifier.image_size
     spec = tf.TensorSpec([1, height, width, classifier.channels], tf.float32, name="images")
     archive = keras.export.ExportArchive()
@@ -41,8 +43,6 @@ def convert_with_attention(classifier):
     map `(1, rows, cols)` from the [cls] token (`keras_vit.attention`), for apps that show
     where the model looked. The plain exports are unchanged.
     """
-    from keras_vit.attention import AttentionRollout
-
     rollout = AttentionRollout(classifier.model)
     with tempfile.TemporaryDirectory(prefix="keras-vit-tflite-") as folder:
         converter = _converter(classifier, folder, outputs=rollout)
@@ -157,8 +157,6 @@ def check_builtin_ops(flatbuffer):
 
 def representative_images(dataset, image_size, count=200, seed=0):
     """`count` training images, decoded and resized as in training, for int8 calibration."""
-    from keras_vit import data, pipeline
-
     folder = data.load_dataset(dataset, seed=seed)
     split = folder["train"]
     batches = pipeline.training_batches(  # shuffled, so every class is represented

@@ -12,8 +12,12 @@ import os
 import time
 
 import numpy as np
+import tensorflow as tf
 
-from keras_vit.export_folder import VERIFICATION_FILES
+from keras_vit import pipeline
+from keras_vit.export_folder import VERIFICATION_FILES, ExportFolder
+from keras_vit.files import atomic_write, write_json
+from keras_vit.runtimes import KerasRunner, open_model
 
 # Per kind of export: (max |probability difference|, min top-1 agreement, max accuracy drop).
 TARGETS = {
@@ -35,10 +39,6 @@ def held_out_images(spec, image_size, split=None, limit=500):
         `(n, h, w, 3)` float32 pixels in [0, 255] resized as in training, int
         labels, the split's name and the dataset's class names.
     """
-    import tensorflow as tf
-
-    from keras_vit import pipeline
-
     folder, split = spec.held_out(split)
     pairs = list(folder[split].to_dataset().as_numpy_iterator())
     order = np.random.default_rng(spec.seed).permutation(len(pairs))[: limit or len(pairs)]
@@ -111,8 +111,6 @@ def verify_exports(keras_model, files, spec, split=None, limit=500):
     Returns:
         The report: `{"dataset", "split", "count", "keras_accuracy", "results": {name: {...}}, "passed"}`.
     """
-    from keras_vit.runtimes import KerasRunner, open_model
-
     reference_runner = KerasRunner(keras_model)
     encoded, images, labels, split, class_names = held_out_images(
         spec, reference_runner.image_size, split, limit
@@ -174,8 +172,6 @@ def format_table(report):
 
 
 def write_report(report, folder):
-    from keras_vit.files import atomic_write, write_json
-
     report_json, report_table = VERIFICATION_FILES
     write_json(os.path.join(folder, report_json), report)
 
@@ -188,8 +184,6 @@ def write_report(report, folder):
 
 def reverify(folder, model=None, dataset=None, limit=500):
     """Verifies an export folder (`OUTPUT/<name>/export-<N>`) again; rewrites its reports."""
-    from keras_vit.export_folder import ExportFolder
-
     export = ExportFolder(folder)
     spec = export.dataset_spec().with_name(dataset)
     report = verify_exports(model or export.manifest["source"], export.exports(), spec, limit=limit)

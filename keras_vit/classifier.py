@@ -12,6 +12,8 @@ import re
 
 import keras
 
+from keras_vit.saving import load_trained_model
+
 
 @dataclasses.dataclass
 class Classifier:
@@ -51,8 +53,6 @@ def load_classifier(source, name=None):
         FileNotFoundError: no model at `source`.
         ValueError: not a classifier with a static image size.
     """
-    from keras_vit.saving import load_trained_model
-
     model = source if isinstance(source, keras.Model) else load_trained_model(source)
     which = "This model" if isinstance(source, keras.Model) else os.fspath(source)
     shape = model.input_shape

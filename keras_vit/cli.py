@@ -6,6 +6,7 @@ import os
 import sys
 
 from keras_vit import framework_logs
+from keras_vit.runtimes import TOP_K
 
 
 def _models(args):
@@ -256,34 +257,14 @@ def _add_train_arguments(parser):
     )
 
 
-def build_parser():
-    parser = argparse.ArgumentParser(
-        prog="keras-vit",
-        description="Vision Transformers for Keras 3: list, train, evaluate, export and predict.",
-    )
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
-    commands.required = True
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument(
-        "--verbose", action="store_true", help="also show TensorFlow's, XLA's and CUDA's own log lines"
-    )
-
-    # uses_keras: the command loads TensorFlow and Keras, so it loads them at once with their
-    # start-up lines muted (the apps start without them).
-    def command(name, run, uses_keras=True, **kwargs):
-        parser = commands.add_parser(name, parents=[common], **kwargs)
-        parser.set_defaults(run=run, uses_keras=uses_keras)
-        return parser
-
-    models = command("models", _models, uses_keras=False, help="list the named model configs")
+def _add_models_arguments(models):
     models.add_argument("--json", action="store_true", help="print JSON, for scripts")
     models.add_argument(
         "--num-classes", type=int, default=None, help="count parameters for this many classes (default 1000)"
     )
 
-    _add_train_arguments(command("train", _train, help="train or fine-tune a ViT (resumable)"))
 
-    evaluate = command("evaluate", _evaluate, help="top-1, top-5, per-class accuracy, confusion matrix")
+def _add_evaluate_arguments(evaluate):
     evaluate.add_argument("model", help="a run folder or a .keras file")
     evaluate.add_argument("--dataset", help="default: the run's dataset, else cifar10-mini")
     evaluate.add_argument("--split", choices=("train", "validation", "test"), help="default: test if any")
@@ -293,11 +274,8 @@ def build_parser():
     )
     evaluate.add_argument("--json", action="store_true", help="print JSON, for scripts")
 
-    export = command(
-        "export",
-        _export,
-        help="SavedModel for TF Serving, TFLite (fp32/fp16/int8), ONNX; verified against Keras",
-    )
+
+def _add_export_arguments(export):
     export.add_argument("model", help="a run folder or a .keras file")
     export.add_argument("--output", default="exports", help="export root (default exports/)")
     export.add_argument(
@@ -333,20 +311,23 @@ def build_parser():
     export.add_argument("--verify-images", type=int, default=500, help="held-out images to verify on")
     export.add_argument("--json", action="store_true", help="print the manifest as JSON")
 
-    verify = command("verify", _verify, help="check an export folder against Keras again")
+
+def _add_verify_arguments(verify):
     verify.add_argument("folder", help="an export folder (OUTPUT/<name>/export-<N>)")
     verify.add_argument("--model", help="the Keras model (default: the export's source)")
     verify.add_argument("--dataset", help="default: the export's dataset")
     verify.add_argument("--limit", type=int, default=500, help="held-out images (default 500)")
     verify.add_argument("--json", action="store_true", help="print the report as JSON")
 
-    predict = command("predict", _predict, help="top-k classes of image files")
+
+def _add_predict_arguments(predict):
     predict.add_argument("model", help="a run folder, .keras file, SavedModel folder, .tflite or .onnx")
     predict.add_argument("images", nargs="+", help="image files (JPEG, PNG, GIF, BMP, WebP, TIFF)")
-    predict.add_argument("--top-k", type=int, default=5)
+    predict.add_argument("--top-k", type=int, default=TOP_K)
     predict.add_argument("--json", action="store_true", help="print JSON: each image's path and top-k")
 
-    app = commands.add_parser("app", help="the desktop and mobile classifiers")
+
+def _add_app_commands(app, common):
     apps = app.add_subparsers(dest="app", required=True, metavar="APP")
     desktop = apps.add_parser(
         "desktop",
@@ -386,6 +367,41 @@ def build_parser():
     )
     mobile.add_argument("--image", help="the picture for --screenshot")
     mobile.set_defaults(run=_app_mobile, uses_keras=False)
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(
+        prog="keras-vit",
+        description="Vision Transformers for Keras 3: list, train, evaluate, export and predict.",
+    )
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    commands.required = True
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--verbose", action="store_true", help="also show TensorFlow's, XLA's and CUDA's own log lines"
+    )
+
+    # uses_keras: the command loads TensorFlow and Keras, so it loads them at once with their
+    # start-up lines muted (the apps start without them).
+    def command(name, run, uses_keras=True, **kwargs):
+        parser = commands.add_parser(name, parents=[common], **kwargs)
+        parser.set_defaults(run=run, uses_keras=uses_keras)
+        return parser
+
+    _add_models_arguments(command("models", _models, uses_keras=False, help="list the named model configs"))
+    _add_train_arguments(command("train", _train, help="train or fine-tune a ViT (resumable)"))
+    evaluate_help = "top-1, top-5, per-class accuracy, confusion matrix"
+    _add_evaluate_arguments(command("evaluate", _evaluate, help=evaluate_help))
+    _add_export_arguments(
+        command(
+            "export",
+            _export,
+            help="SavedModel for TF Serving, TFLite (fp32/fp16/int8), ONNX; verified against Keras",
+        )
+    )
+    _add_verify_arguments(command("verify", _verify, help="check an export folder against Keras again"))
+    _add_predict_arguments(command("predict", _predict, help="top-k classes of image files"))
+    _add_app_commands(commands.add_parser("app", help="the desktop and mobile classifiers"), common)
     return parser
 
 

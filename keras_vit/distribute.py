@@ -13,7 +13,9 @@ import json
 import os
 
 import keras
+import tensorflow as tf
 
+from keras_vit.callbacks import MAX_STEPS_PER_CALL
 from keras_vit.recipes import STRATEGIES
 
 
@@ -41,11 +43,8 @@ class Placement:
         `tf.cond` in the replica context, which fails there ("You must feed a value
         for placeholder tensor", keras-team/keras#19246; Keras 3.15, TF 2.21).
         """
-        from keras_vit.callbacks import MAX_STEPS_PER_CALL
-
         if self.strategy is None:
             return MAX_STEPS_PER_CALL
-        import tensorflow as tf
 
         mirrored = (tf.distribute.MirroredStrategy, tf.distribute.MultiWorkerMirroredStrategy)
         return 1 if isinstance(self.strategy, mirrored) else MAX_STEPS_PER_CALL
@@ -70,8 +69,6 @@ def placement(name):
 
 
 def _tf_strategy(name):
-    import tensorflow as tf
-
     if name == "multi-worker":
         if "TF_CONFIG" not in os.environ:
             raise ValueError(

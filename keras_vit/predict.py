@@ -4,6 +4,8 @@ import os
 
 import numpy as np
 
+from keras_vit.images import load_image
+from keras_vit.pipeline import resize
 from keras_vit.runtimes import TOP_K, ranked
 
 
@@ -14,9 +16,6 @@ def read_image(path, image_size):
         FileNotFoundError: no file at `path`.
         ValueError: the file is a directory, empty, or not a decodable image.
     """
-    from keras_vit.images import load_image
-    from keras_vit.pipeline import resize
-
     return resize(load_image(path), image_size).numpy()
 
 
