@@ -8,22 +8,15 @@ special cases) and returns every argument from `get_config`.
 import keras
 from keras import ops
 
+from keras_vit.checks import check_positive_int, check_rate
+
 # timm's and the paper's initialisation: truncated normal, std 0.02.
 _WEIGHT_INIT = {"class_name": "TruncatedNormal", "config": {"stddev": 0.02}}
 
 
-def _initializer():
+def weight_initializer():
+    """The initialiser of every dense and projection kernel (a fresh one per call)."""
     return keras.initializers.get(_WEIGHT_INIT)
-
-
-def _check_positive_int(value, what):
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{what} must be a positive integer, got {value!r}.")
-
-
-def _check_rate(value, what):
-    if not 0.0 <= float(value) < 1.0:
-        raise ValueError(f"{what} must be in [0, 1), got {value!r}.")
 
 
 def _patch_grid(height, width, patch_size):
@@ -98,7 +91,7 @@ class Patches(keras.layers.Layer):
 
     def __init__(self, patch_size, **kwargs):
         super().__init__(**kwargs)
-        _check_positive_int(patch_size, "patch_size")
+        check_positive_int(patch_size, "patch_size")
         # === Config ===
         self.patch_size = patch_size
 
@@ -149,9 +142,9 @@ class PatchEncoder(keras.layers.Layer):
 
     def __init__(self, patch_size, hidden_dim, dropout=0.0, **kwargs):
         super().__init__(**kwargs)
-        _check_positive_int(patch_size, "patch_size")
-        _check_positive_int(hidden_dim, "hidden_dim")
-        _check_rate(dropout, "dropout")
+        check_positive_int(patch_size, "patch_size")
+        check_positive_int(hidden_dim, "hidden_dim")
+        check_rate(dropout, "dropout")
         # === Config ===
         self.patch_size = patch_size
         self.hidden_dim = hidden_dim
@@ -162,7 +155,7 @@ class PatchEncoder(keras.layers.Layer):
             kernel_size=patch_size,
             strides=patch_size,
             padding="valid",
-            kernel_initializer=_initializer(),
+            kernel_initializer=weight_initializer(),
             dtype=self.dtype_policy,
             name="projection",
         )
@@ -186,7 +179,7 @@ class PatchEncoder(keras.layers.Layer):
         )
         self.position_embedding = self.add_weight(
             shape=(1, self.num_patches + self.num_prefix_tokens, self.hidden_dim),
-            initializer=_initializer(),
+            initializer=weight_initializer(),
             name="position_embedding",
         )
 
@@ -228,7 +221,7 @@ class DropPath(keras.layers.Layer):
 
     def __init__(self, rate, seed=None, **kwargs):
         super().__init__(**kwargs)
-        _check_rate(rate, "drop path rate")
+        check_rate(rate, "drop path rate")
         # === Config ===
         self.rate = rate
         self.seed = seed
@@ -274,16 +267,16 @@ class MultiHeadSelfAttention(keras.layers.Layer):
 
     def __init__(self, hidden_dim, num_heads, attention_dropout=0.0, dropout=0.0, **kwargs):
         super().__init__(**kwargs)
-        _check_positive_int(hidden_dim, "hidden_dim")
-        _check_positive_int(num_heads, "num_heads")
+        check_positive_int(hidden_dim, "hidden_dim")
+        check_positive_int(num_heads, "num_heads")
         if hidden_dim % num_heads:
             raise ValueError(
                 f"num_heads={num_heads} does not divide hidden_dim={hidden_dim}: "
                 f"each head gets hidden_dim / num_heads channels. Pick a head count that divides "
                 f"{hidden_dim}."
             )
-        _check_rate(attention_dropout, "attention_dropout")
-        _check_rate(dropout, "dropout")
+        check_rate(attention_dropout, "attention_dropout")
+        check_rate(dropout, "dropout")
         # === Config ===
         self.hidden_dim = hidden_dim
         self.num_heads = num_heads
@@ -293,10 +286,10 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         self.head_dim = hidden_dim // num_heads
         self.scale = self.head_dim**-0.5
         self.qkv = keras.layers.Dense(
-            3 * hidden_dim, kernel_initializer=_initializer(), dtype=self.dtype_policy, name="qkv"
+            3 * hidden_dim, kernel_initializer=weight_initializer(), dtype=self.dtype_policy, name="qkv"
         )
         self.proj = keras.layers.Dense(
-            hidden_dim, kernel_initializer=_initializer(), dtype=self.dtype_policy, name="proj"
+            hidden_dim, kernel_initializer=weight_initializer(), dtype=self.dtype_policy, name="proj"
         )
         self.attention_dropout_layer = keras.layers.Dropout(
             attention_dropout, dtype=self.dtype_policy, name="attention_dropout"
@@ -375,7 +368,7 @@ class TransformerBlock(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        _check_positive_int(mlp_dim, "mlp_dim")
+        check_positive_int(mlp_dim, "mlp_dim")
         # === Config ===
         self.hidden_dim = hidden_dim
         self.num_heads = num_heads
@@ -389,7 +382,7 @@ class TransformerBlock(keras.layers.Layer):
             return keras.layers.Dense(
                 units,
                 activation=activation,
-                kernel_initializer=_initializer(),
+                kernel_initializer=weight_initializer(),
                 dtype=self.dtype_policy,
                 name=name,
             )

@@ -3,14 +3,13 @@
 import keras
 
 from keras_vit import configs
+from keras_vit.checks import check_positive_int, check_rate
 from keras_vit.layers import (
     ImageNormalization,
     PatchEncoder,
     TokenPooling,
     TransformerBlock,
-    _check_positive_int,
-    _check_rate,
-    _initializer,
+    weight_initializer,
 )
 from keras_vit.pos_embed import resample_position_embeddings
 
@@ -22,7 +21,7 @@ def _pair(value, what):
     if len(value) != 2:
         raise ValueError(f"{what} must be an int or (height, width), got {value!r}.")
     for side in value:
-        _check_positive_int(side, what)
+        check_positive_int(side, what)
     return value
 
 
@@ -108,10 +107,10 @@ class ViT(keras.Model):
             (channels, "channels"),
             (num_classes, "num_classes"),
         ):
-            _check_positive_int(value, what)
+            check_positive_int(value, what)
         if representation_size is not None:
-            _check_positive_int(representation_size, "representation_size")
-        _check_rate(drop_path_rate, "drop_path_rate")
+            check_positive_int(representation_size, "representation_size")
+        check_rate(drop_path_rate, "drop_path_rate")
 
         # Resolved now, so the model keeps the policy its layers were built with.
         dtype = keras.dtype_policies.get(dtype) if dtype is not None else keras.config.dtype_policy()
@@ -141,7 +140,7 @@ class ViT(keras.Model):
             x = keras.layers.Dense(
                 representation_size,
                 activation="tanh",
-                kernel_initializer=_initializer(),
+                kernel_initializer=weight_initializer(),
                 dtype=dtype,
                 name="pre_logits",
             )(x)
@@ -150,7 +149,7 @@ class ViT(keras.Model):
             x = keras.layers.Dense(
                 num_classes,
                 activation=classifier_activation,
-                kernel_initializer=_initializer(),
+                kernel_initializer=weight_initializer(),
                 dtype="float32",
                 name="head",
             )(x)
