@@ -71,17 +71,15 @@ def _train(args):
 
 def _evaluate(args):
     from keras_vit.evaluate import evaluate, write_report
+    from keras_vit.export_folder import folder_of, recorded_dataset
     from keras_vit.recipes import DATASET
-    from keras_vit.run_folder import RunFolder
-    from keras_vit.saving import load_trained_model
+    from keras_vit.runtimes import open_model
 
-    # A run folder remembers its dataset and split; flags win.
-    run = RunFolder.containing(args.model)
-    spec = run.dataset_spec()
+    # The run or export remembers its dataset and split; flags win.
+    spec = recorded_dataset(args.model)
     spec = spec.with_name(args.dataset or spec.name or DATASET)
-    model = load_trained_model(args.model)
-    result = evaluate(model, spec, split=args.split, batch_size=args.batch_size)
-    folder = run.path
+    result = evaluate(open_model(args.model), spec, split=args.split, batch_size=args.batch_size)
+    folder = folder_of(args.model)
     write_report(result, args.output or folder)
     if args.json:
         print(json.dumps({k: v for k, v in result.items() if k != "confusion"}, indent=2))
@@ -265,8 +263,10 @@ def _add_models_arguments(models):
 
 
 def _add_evaluate_arguments(evaluate):
-    evaluate.add_argument("model", help="a run folder or a .keras file")
-    evaluate.add_argument("--dataset", help="default: the run's dataset, else cifar10-mini")
+    evaluate.add_argument(
+        "model", help="a run folder, .keras file, SavedModel folder, .tflite or .onnx (as predict takes)"
+    )
+    evaluate.add_argument("--dataset", help="default: the run's or export's dataset, else cifar10-mini")
     evaluate.add_argument("--split", choices=("train", "validation", "test"), help="default: test if any")
     evaluate.add_argument("--batch-size", type=int, default=100)
     evaluate.add_argument(

@@ -1,4 +1,8 @@
-"""Evaluation of a trained model: top-1, top-5, per-class accuracy and a confusion matrix."""
+"""Evaluation of a trained or exported model: top-1, top-5, per-class accuracy and a confusion matrix.
+
+Any model file runs through `keras_vit.runtimes`, so a quantized `.tflite` is scored on
+the same images, decoded and resized the same way, as the Keras model it came from.
+"""
 
 import os
 
@@ -8,35 +12,35 @@ from keras_vit import pipeline, plots
 from keras_vit.files import write_json
 from keras_vit.recipes import DATASET
 from keras_vit.run_folder import DatasetSpec
+from keras_vit.runtimes import KerasRunner, Runner
 
 
 def evaluate(model, dataset=DATASET, split=None, batch_size=100):
     """Scores `model` on a dataset split (its test split when it has one, else validation).
 
-    `dataset`: a name (folder, `.zip`, tfds or embedded dataset), or the run's
-    `DatasetSpec` (`RunFolder(path).dataset_spec()`), whose validation split and
-    seed carve the same validation images as training did.
+    `model`: a `keras_vit.runtimes.Runner` (`open_model(path)`: `.keras`, run folder,
+    SavedModel, `.tflite`, `.onnx`) or a Keras classifier.
+    `dataset`: a name (folder, `.zip`, tfds or embedded dataset), or the model's
+    `DatasetSpec` (`recorded_dataset(path)`), whose validation split and seed carve the
+    same validation images as training did.
 
     Returns:
         A dict with `top1`, `top5`, `per_class` accuracy, the `confusion`
         matrix (rows: true class, columns: predicted), `count` and `split`.
     """
+    runner = model if isinstance(model, Runner) else KerasRunner(model)
     spec = dataset if isinstance(dataset, DatasetSpec) else DatasetSpec(os.fspath(dataset))
     folder, split = spec.held_out(split)
     class_names = list(folder.class_names)
-    model_classes = getattr(model, "class_names", None)
-    if model_classes is not None and list(model_classes) != class_names:
+    if runner.class_names is not None and list(runner.class_names) != class_names:
         raise ValueError(
-            f"The model's classes {model_classes} differ from the dataset's {class_names}; "
+            f"The model's classes {list(runner.class_names)} differ from the dataset's {class_names}; "
             f"evaluate on the dataset the model was trained for."
         )
     batches = pipeline.evaluation_batches(
-        folder[split].to_dataset(),
-        image_size=tuple(model.input_shape[1:3]),
-        batch_size=batch_size,
-        cache=False,
+        folder[split].to_dataset(), image_size=runner.image_size, batch_size=batch_size, cache=False
     )
-    scores = model.predict(batches.map(lambda batch: batch["images"]), verbose=0)
+    scores = np.concatenate([runner.predict(batch["images"]) for batch in batches.as_numpy_iterator()])
     labels = np.asarray(folder[split].labels)
     ranked = np.argsort(-scores, axis=1)
     top1 = ranked[:, 0] == labels

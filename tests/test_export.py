@@ -287,6 +287,19 @@ def test_commands_print_only_their_answer_unless_asked_to_be_verbose(exported, c
     assert re.search(NATIVE_LOG_LINE, predict(tflite_model, "--verbose"))
 
 
+def test_evaluate_scores_an_exported_file_on_the_images_its_export_was_verified_on(exported, capsys):
+    """`keras-vit evaluate` takes any model file; an export folder remembers its dataset."""
+    scores = {}
+    for model in (exported["source"], os.path.join(exported["folder"], "model_fp32.tflite")):
+        assert main(["evaluate", model, "--json"]) == 0
+        scores[model] = json.loads(capsys.readouterr().out)
+    keras_score, tflite_score = scores.values()
+    assert tflite_score["dataset"] == keras_score["dataset"] and tflite_score["count"] == keras_score["count"]
+    assert abs(tflite_score["top1"] - keras_score["top1"]) <= 1 / keras_score["count"]  # fp32: 1e-4 agreement
+    report = json.load(open(os.path.join(exported["folder"], "evaluation.json")))  # beside the export
+    assert report["top1"] == tflite_score["top1"]
+
+
 def test_verify_reruns_the_checks_from_the_export_folder(exported, capsys):
     code = main(["verify", exported["folder"], "--limit", "20", "--json"])
     report = json.loads(capsys.readouterr().out)
