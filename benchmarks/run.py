@@ -213,12 +213,28 @@ def _goals(results):
 
 
 def write_report(results):
-    from keras_vit.files import atomic_write, pyplot, save_figure, write_json
+    """results.json, results.md (a table per measurement) and the two figures, in OUTPUT."""
+    from keras_vit.files import atomic_write, write_json
 
     os.makedirs(OUTPUT, exist_ok=True)
     write_json(os.path.join(OUTPUT, "results.json"), results)
+    sections = (
+        _header(results),
+        _goals_table(results),
+        _training_table(results),
+        _pipeline_table(results),
+        _scaling_table(results),
+        *(_inference_table(name, runtimes) for name, runtimes in results["inference"].items()),
+    )
+    text = "\n\n".join("\n".join(lines) for lines in sections) + "\n"
+    atomic_write(os.path.join(OUTPUT, "results.md"), lambda p: open(p, "w").write(text))
+    _plot_training(results, os.path.join(OUTPUT, "training.png"))
+    _plot_scaling(results, os.path.join(OUTPUT, "scaling.png"))
+
+
+def _header(results):
     peak = results["peak"]
-    lines = [
+    return [
         "# Benchmarks",
         "",
         f"`python benchmarks/run.py{' --quick' if results['quick'] else ''}` on {results['machine']}, "
@@ -228,15 +244,16 @@ def write_report(results):
         f"fp32 matmul peak (2048 x 2048): TensorFlow {peak['tensorflow']:.0f} GFLOP/s, "
         f"with XLA {peak['tensorflow_xla']:.0f}, PyTorch {peak['torch']:.0f}; "
         "MFU is relative to the largest.",
-        "",
-        "## Goals",
-        "",
-        "| goal | measured | met |",
-        "|---|---|---|",
     ]
-    lines += [f"| {goal} | {value} | {'yes' if met else 'no'} |" for goal, value, met in _goals(results)]
-    lines += [
-        "",
+
+
+def _goals_table(results):
+    rows = [f"| {goal} | {value} | {'yes' if met else 'no'} |" for goal, value, met in _goals(results)]
+    return ["## Goals", "", "| goal | measured | met |", "|---|---|---|", *rows]
+
+
+def _training_table(results):
+    lines = [
         "## Training (images/s, MFU)",
         "",
         "| config | keras_vit | keras-hub (XLA) | timm | keras_vit / keras-hub | keras_vit / timm |",
@@ -252,8 +269,11 @@ def write_report(results):
             f"| {name} | {' | '.join(cells)} | {ours / sides['keras_hub']['images_per_second']:.2f}x "
             f"| {ours / sides['timm']['images_per_second']:.2f}x |"
         )
-    lines += [
-        "",
+    return lines
+
+
+def _pipeline_table(results):
+    lines = [
         "## Input pipeline against the training step (images/s)",
         "",
         "| data | pipeline | keras_vit training step | pipeline / step |",
@@ -263,8 +283,11 @@ def write_report(results):
         lines.append(
             f"| {row['dataset']} | {row['pipeline']:.0f} | {row['step']:.1f} | {row['ratio']:.1f}x |"
         )
-    lines += [
-        "",
+    return lines
+
+
+def _scaling_table(results):
+    lines = [
         "## Cost against the token count (config A's architecture, batch 16, one process per size)",
         "",
         "| image | tokens | ms per image | time per token vs 64 tokens | attention's FLOP share "
@@ -277,22 +300,27 @@ def write_report(results):
             f"{row['time_per_token_vs_smallest']:.2f}x | {row['attention_flop_share']:.0%} | "
             f"{row['peak_rss_mb']:.0f} | {row['peak_rss_over_model_mb']:.0f} |"
         )
-    for name, runtimes in results["inference"].items():
-        lines += [
-            "",
-            f"## Inference, {name} (2 threads)",
-            "",
-            "| runtime | batch 1 (ms) | batch 32 (images/s) |",
-        ]
-        lines.append("|---|---|---|")
-        for runtime, value in runtimes.items():
-            throughput = value.get("batch32_images_per_second")
-            throughput = "" if throughput is None else f"{throughput:.1f}"
-            lines.append(f"| {runtime} | {value['batch1_ms']:.1f} | {throughput} |")
-    atomic_write(os.path.join(OUTPUT, "results.md"), lambda p: open(p, "w").write("\n".join(lines) + "\n"))
+    return lines
 
-    plt = pyplot()
-    figure, axis = plt.subplots(figsize=(6, 3.5))
+
+def _inference_table(name, runtimes):
+    lines = [
+        f"## Inference, {name} (2 threads)",
+        "",
+        "| runtime | batch 1 (ms) | batch 32 (images/s) |",
+        "|---|---|---|",
+    ]
+    for runtime, value in runtimes.items():
+        throughput = value.get("batch32_images_per_second")
+        throughput = "" if throughput is None else f"{throughput:.1f}"
+        lines.append(f"| {runtime} | {value['batch1_ms']:.1f} | {throughput} |")
+    return lines
+
+
+def _plot_training(results, path):
+    from keras_vit.files import pyplot, save_figure
+
+    figure, axis = pyplot().subplots(figsize=(6, 3.5))
     names = list(results["training"])
     width = 0.25
     for offset, side in enumerate(("keras_vit", "keras_hub", "timm")):
@@ -303,9 +331,13 @@ def write_report(results):
     axis.legend()
     axis.grid(axis="y", alpha=0.3)
     figure.tight_layout()
-    save_figure(figure, os.path.join(OUTPUT, "training.png"))
+    save_figure(figure, path)
 
-    figure, (time_axis, memory_axis) = plt.subplots(1, 2, figsize=(9, 3.5))
+
+def _plot_scaling(results, path):
+    from keras_vit.files import pyplot, save_figure
+
+    figure, (time_axis, memory_axis) = pyplot().subplots(1, 2, figsize=(9, 3.5))
     tokens = [row["tokens"] for row in results["scaling"]]
     time_axis.plot(tokens, [row["ms_per_image"] for row in results["scaling"]], "o-", label="measured")
     base = results["scaling"][0]
@@ -323,7 +355,7 @@ def write_report(results):
     for axis in (time_axis, memory_axis):
         axis.grid(alpha=0.3)
     figure.tight_layout()
-    save_figure(figure, os.path.join(OUTPUT, "scaling.png"))
+    save_figure(figure, path)
 
 
 def _print(**values):
