@@ -2,7 +2,8 @@
 
     model.keras        the best model by validation accuracy (class names and
                        normalisation inside), written atomically
-    class_names.json   the labels, in output order (for people and tools without Keras)
+    class_names.json   the labels, in output order (for people and tools without Keras;
+                       a resumed run checks its dataset against it)
     preprocessing.json image size, mean and std: what the model expects (idem)
     history.json       the run's settings, per-epoch metrics and the final ones
     training.png       the training curves
@@ -83,6 +84,18 @@ class RunFolder:
     def finished(self):
         """Whether training ended here (it writes history.json last)."""
         return os.path.exists(self.file(HISTORY_FILE))
+
+    def description(self):
+        """`(class names, preprocessing)` as the run recorded them when it started; None before."""
+        if not os.path.exists(self.file(CLASS_NAMES_FILE)):
+            return None
+        with open(self.file(CLASS_NAMES_FILE)) as f:
+            class_names = json.load(f)
+        preprocessing = {}
+        if os.path.exists(self.file(PREPROCESSING_FILE)):
+            with open(self.file(PREPROCESSING_FILE)) as f:
+                preprocessing = json.load(f)
+        return class_names, preprocessing
 
     def summary(self):
         """history.json: the run's `config`, `history` and `final` metrics; {} before the run ends."""

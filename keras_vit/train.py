@@ -222,6 +222,7 @@ def train(config, progress_bar=None):
         )
 
     run_data = _read_data(config)
+    _check_same_run(run, run_data.class_names, _preprocessing(config))
     schedule = _schedule(config, run_data, where)
     with where.scope():
         classifier = build_model(config, len(run_data.class_names), run_data.class_names)
@@ -248,19 +249,40 @@ def train(config, progress_bar=None):
     return TrainingRun(model=classifier, training_model=model, summary=summary)
 
 
+def _preprocessing(config):
+    return {
+        "image_size": [config.image_size, config.image_size],
+        "image_mean": list(config.image_mean),
+        "image_std": list(config.image_std),
+        "input_range": [0, 255],
+        "resize": "bilinear, antialiased, to image_size",
+    }
+
+
+def _check_same_run(run, class_names, preprocessing):
+    """A run folder resumes only the run that started it: same classes, same input."""
+    recorded = run.description()
+    if recorded is None:
+        return
+    recorded_classes, recorded_preprocessing = recorded
+    if recorded_classes != list(class_names):
+        raise ValueError(
+            f"{run.path} holds a run on the classes {recorded_classes}, and this dataset has "
+            f"{list(class_names)}: resume it with its own --dataset, or choose another --output."
+        )
+    changed = sorted(k for k, v in recorded_preprocessing.items() if preprocessing.get(k) != v)
+    if changed:
+        raise ValueError(
+            f"{run.path} holds a run with other input settings ({', '.join(changed)}): resume it with "
+            f"its own settings, or choose another --output."
+        )
+
+
 def _write_run_description(run, class_names, config):
-    """The labels and the expected input, for people and tools that read no Keras file."""
+    """The labels and the expected input, for people and tools that read no Keras file, and for
+    a resumed run to check that it is the same run."""
     write_json(run.file(CLASS_NAMES_FILE), class_names)
-    write_json(
-        run.file(PREPROCESSING_FILE),
-        {
-            "image_size": [config.image_size, config.image_size],
-            "image_mean": list(config.image_mean),
-            "image_std": list(config.image_std),
-            "input_range": [0, 255],
-            "resize": "bilinear, antialiased, to image_size",
-        },
-    )
+    write_json(run.file(PREPROCESSING_FILE), _preprocessing(config))
 
 
 def _callbacks(config, run, schedule, where):

@@ -141,6 +141,16 @@ def test_a_finished_run_folder_is_not_overwritten(colors_dataset, tmp_path):
         train(_config(colors_dataset, tmp_path / "run", epochs=1))
 
 
+def test_an_unfinished_run_resumes_only_with_its_own_classes_and_input(colors_dataset, tmp_path):
+    train(_config(colors_dataset, tmp_path / "run", epochs=1))
+    (tmp_path / "run" / "history.json").unlink()  # as if killed before its end
+    with pytest.raises(ValueError, match=r"holds a run on the classes \['blue', 'green', 'red'\]"):
+        train(_config("cifar10-mini", tmp_path / "run", epochs=1))
+    with pytest.raises(ValueError, match=r"other input settings \(image_size\)"):
+        train(_config(colors_dataset, tmp_path / "run", epochs=1, image_size=48))
+    # Resuming with the same settings passes the check: the SIGKILL tests below resume this way.
+
+
 def test_bad_settings_are_clear_errors(colors_dataset, tmp_path):
     with pytest.raises(ValueError, match="learning_rate must not be negative"):
         train(_config(colors_dataset, tmp_path / "a", learning_rate=-1.0))
