@@ -1,4 +1,8 @@
-"""The `keras-vit` command line. It parses arguments and calls the library."""
+"""The `keras-vit` command line. It parses arguments and calls the library.
+
+Each command imports what it uses inside its function, so that `--help` and `models` load
+no framework (keras_vit_cli.py, the entry point, keeps `import keras_vit` from loading it).
+"""
 
 import argparse
 import json
