@@ -14,33 +14,25 @@ module builds the metadata from MediaPipe's pure-Python schema with
 
 Our models normalise inside the graph and take RGB pixels in [0, 255], so the
 metadata's normalisation is the identity (mean 0, std 1): readers apply it and
-hand the model raw pixels.
+hand the model raw pixels. `keras_vit.tflite_metadata` reads it back.
 """
 
 import io
-import struct
 import zipfile
 
 import flatbuffers
 
 from keras_vit.export_folder import LABELS_FILE
+from keras_vit.tflite_metadata import METADATA_NAME, schemas
 
-METADATA_NAME = "TFLITE_METADATA"
 # The second output of the attention model (`keras-vit export --attention`).
 ATTENTION_OUTPUT = "attention"
 # The oldest metadata parser that reads every field written here (all from 1.0.0).
 MIN_PARSER_VERSION = "1.0.0"
 
 
-def _schemas():
-    from mediapipe.tasks.metadata import metadata_schema_py_generated as metadata_schema
-    from mediapipe.tasks.metadata import schema_py_generated as model_schema
-
-    return metadata_schema, model_schema
-
-
 def _model_metadata(classifier, input_is_uint8, description, output_ranks=(2,)):
-    fb, _ = _schemas()
+    fb, _ = schemas()
     height, width = classifier.image_size
 
     image = fb.TensorMetadataT()
@@ -129,7 +121,7 @@ def _version():
 
 def add_metadata(flatbuffer, classifier, description=""):
     """Returns the `.tflite` bytes with metadata and the label file attached."""
-    _, schema = _schemas()
+    _, schema = schemas()
     model = schema.ModelT.InitFromObj(schema.Model.GetRootAs(flatbuffer, 0))
     graph = model.subgraphs[0]
     input_type = graph.tensors[graph.inputs[0]].type
@@ -152,52 +144,3 @@ def add_metadata(flatbuffer, classifier, description=""):
     with zipfile.ZipFile(packed, "a", compression=zipfile.ZIP_STORED) as archive:
         archive.writestr(LABELS_FILE, "".join(f"{name}\n" for name in classifier.class_names))
     return packed.getvalue()
-
-
-def read_metadata(flatbuffer):
-    """Reads what our metadata records: `{"name", "description", "mean", "std", "labels"}`.
-
-    Raises:
-        ValueError: the model has no metadata or no label file.
-    """
-    try:
-        return _read_metadata(flatbuffer)
-    except (struct.error, IndexError, UnicodeDecodeError, AttributeError, TypeError):
-        # flatbuffers reads offsets blindly: a cut-off or foreign file fails deep inside it.
-        raise ValueError(
-            "This .tflite is damaged or truncated (it ends before its tables do); export it again."
-        ) from None
-
-
-def _read_metadata(flatbuffer):
-    fb, schema = _schemas()
-    model = schema.Model.GetRootAs(flatbuffer, 0)
-    for i in range(model.MetadataLength()):
-        if model.Metadata(i).Name().decode() == METADATA_NAME:
-            data = model.Buffers(model.Metadata(i).Buffer()).DataAsNumpy().tobytes()
-            break
-    else:
-        raise ValueError("This .tflite has no metadata; export it with `keras-vit export`.")
-    metadata = fb.ModelMetadataT.InitFromObj(fb.ModelMetadata.GetRootAs(data, 0))
-    image = metadata.subgraphMetadata[0].inputTensorMetadata[0]
-    mean, std = [0.0], [1.0]
-    for unit in image.processUnits or []:
-        if unit.optionsType == fb.ProcessUnitOptions.NormalizationOptions:
-            mean, std = list(unit.options.mean), list(unit.options.std)
-    return {
-        "name": metadata.name.decode() if metadata.name else None,
-        "description": metadata.description.decode() if metadata.description else "",
-        "mean": [float(m) for m in mean],
-        "std": [float(s) for s in std],
-        "labels": read_labels(flatbuffer),
-    }
-
-
-def read_labels(flatbuffer):
-    """The class names from the label file packed in a `.tflite`."""
-    try:
-        with zipfile.ZipFile(io.BytesIO(flatbuffer)) as archive:
-            text = archive.read(LABELS_FILE).decode()
-    except (zipfile.BadZipFile, KeyError):
-        raise ValueError(f"This .tflite has no {LABELS_FILE}; export it with `keras-vit export`.") from None
-    return text.splitlines()

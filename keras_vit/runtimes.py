@@ -142,7 +142,7 @@ class TFLiteRunner(Runner):
     def __init__(self, path, num_threads=None):
         from ai_edge_litert.interpreter import Interpreter
 
-        from keras_vit.export.metadata import read_metadata
+        from keras_vit.tflite_metadata import read_metadata
 
         with open(path, "rb") as f:
             flatbuffer = f.read()

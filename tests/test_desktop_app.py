@@ -45,7 +45,7 @@ def _litert_top1(model_path, image_path):
     """Top-1 straight from LiteRT, with the library's own image reading."""
     from ai_edge_litert.interpreter import Interpreter
 
-    from keras_vit.export.metadata import read_labels
+    from keras_vit.tflite_metadata import read_labels
 
     with open(model_path, "rb") as f:
         labels = read_labels(f.read())

@@ -17,9 +17,10 @@ import keras_vit
 from keras_vit import data
 from keras_vit.classifier import load_classifier
 from keras_vit.cli import main
-from keras_vit.export import metadata, tflite
+from keras_vit.export import tflite
 from keras_vit.export.exporter import export_model, next_version, recommended_variant
 from keras_vit.runtimes import open_model
+from keras_vit.tflite_metadata import read_metadata
 
 VENV_BIN = os.path.dirname(sys.executable)
 
@@ -124,13 +125,13 @@ def test_a_flex_op_fails_the_check_and_names_the_op():
 def test_the_metadata_carries_labels_and_normalisation(exported, cifar_images):
     _, class_names = cifar_images
     flatbuffer = open(os.path.join(exported["folder"], "model_fp32.tflite"), "rb").read()
-    info = metadata.read_metadata(flatbuffer)
+    info = read_metadata(flatbuffer)
     assert info["labels"] == class_names and info["name"] == "tiny_vit"
     assert info["mean"] == [0.0] and info["std"] == [1.0]
     with zipfile.ZipFile(io.BytesIO(flatbuffer)) as archive:
         assert archive.namelist() == ["labels.txt"]
     with pytest.raises(ValueError, match="no metadata"):
-        metadata.read_metadata(tflite.convert(load_classifier(exported["source"]), "fp32"))
+        read_metadata(tflite.convert(load_classifier(exported["source"]), "fp32"))
 
 
 @pytest.mark.parametrize("variant", ["fp32", "int8"])

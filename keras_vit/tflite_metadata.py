@@ -1,0 +1,70 @@
+"""Reading the metadata `keras-vit export` packs into a `.tflite` (export/metadata.py writes it).
+
+What the apps and `keras_vit.runtimes` need from a model file: its name,
+description, normalisation and class names, with no TensorFlow.
+"""
+
+import io
+import struct
+import zipfile
+
+from keras_vit.export_folder import LABELS_FILE
+
+METADATA_NAME = "TFLITE_METADATA"  # the model buffer that holds the ModelMetadata flatbuffer
+
+
+def schemas():
+    """MediaPipe's pure-Python flatbuffer schemas: (metadata, model)."""
+    from mediapipe.tasks.metadata import metadata_schema_py_generated as metadata_schema
+    from mediapipe.tasks.metadata import schema_py_generated as model_schema
+
+    return metadata_schema, model_schema
+
+
+def read_metadata(flatbuffer):
+    """Reads what our metadata records: `{"name", "description", "mean", "std", "labels"}`.
+
+    Raises:
+        ValueError: the model has no metadata or no label file.
+    """
+    try:
+        return _read_metadata(flatbuffer)
+    except (struct.error, IndexError, UnicodeDecodeError, AttributeError, TypeError):
+        # flatbuffers reads offsets blindly: a cut-off or foreign file fails deep inside it.
+        raise ValueError(
+            "This .tflite is damaged or truncated (it ends before its tables do); export it again."
+        ) from None
+
+
+def _read_metadata(flatbuffer):
+    fb, schema = schemas()
+    model = schema.Model.GetRootAs(flatbuffer, 0)
+    for i in range(model.MetadataLength()):
+        if model.Metadata(i).Name().decode() == METADATA_NAME:
+            data = model.Buffers(model.Metadata(i).Buffer()).DataAsNumpy().tobytes()
+            break
+    else:
+        raise ValueError("This .tflite has no metadata; export it with `keras-vit export`.")
+    metadata = fb.ModelMetadataT.InitFromObj(fb.ModelMetadata.GetRootAs(data, 0))
+    image = metadata.subgraphMetadata[0].inputTensorMetadata[0]
+    mean, std = [0.0], [1.0]
+    for unit in image.processUnits or []:
+        if unit.optionsType == fb.ProcessUnitOptions.NormalizationOptions:
+            mean, std = list(unit.options.mean), list(unit.options.std)
+    return {
+        "name": metadata.name.decode() if metadata.name else None,
+        "description": metadata.description.decode() if metadata.description else "",
+        "mean": [float(m) for m in mean],
+        "std": [float(s) for s in std],
+        "labels": read_labels(flatbuffer),
+    }
+
+
+def read_labels(flatbuffer):
+    """The class names from the label file packed in a `.tflite`."""
+    try:
+        with zipfile.ZipFile(io.BytesIO(flatbuffer)) as archive:
+            text = archive.read(LABELS_FILE).decode()
+    except (zipfile.BadZipFile, KeyError):
+        raise ValueError(f"This .tflite has no {LABELS_FILE}; export it with `keras-vit export`.") from None
+    return text.splitlines()
