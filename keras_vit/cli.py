@@ -243,6 +243,13 @@ def _add_train_arguments(parser):
         help="validate, save and export a moving average of the weights with momentum M "
         "(e.g. 0.9998); 0 (default) is off",
     )
+    add(
+        "--layer-decay",
+        type=float,
+        metavar="D",
+        help="layer-wise learning-rate decay for fine-tuning (e.g. 0.65): block i of N gets "
+        "lr * D^(N - i), the patch embedding lr * D^(N + 1), the head lr; 1 (default) is off",
+    )
     add("--precision", choices=PRECISIONS)
     add("--jit-compile", action=argparse.BooleanOptionalAction, help="XLA (default on)")
     add("--strategy", choices=STRATEGIES, help="auto: all GPUs mirrored, else one device")

@@ -1,19 +1,77 @@
-"""AdamW whose global-norm clipping sees the whole batch's gradient under `tf.distribute`.
+"""keras-vit's AdamW: Keras' AdamW with two additions for ViTs.
 
-Keras 3 clips gradients inside each replica, before they are summed across replicas, so
-`global_clipnorm` under MirroredStrategy or MultiWorkerMirroredStrategy clips the pieces of
-the gradient instead of the gradient one device would see. Here the replicas first sum
-their gradients to measure the true global norm, then each scales its own part by the same
-factor: the summed update equals one device's clipped update (tested to 1e-4 on 2 replicas).
+- Global-norm clipping that sees the whole batch's gradient under `tf.distribute`.
+  Keras 3 clips gradients inside each replica, before they are summed across replicas,
+  so `global_clipnorm` under MirroredStrategy or MultiWorkerMirroredStrategy clips the
+  pieces of the gradient instead of the gradient one device would see. Here the replicas
+  first sum their gradients to measure the true global norm, then each scales its own
+  part by the same factor: the summed update equals one device's clipped update (tested
+  to 1e-4 on 2 replicas).
+- Learning-rate multipliers per layer (`lr_multipliers`), for layer-wise learning-rate
+  decay when fine-tuning (`layer_decay_multipliers`, as BEiT, MAE and DeiT III fine-tune):
+  a variable's step and its decoupled weight decay both use `learning_rate * multiplier`,
+  with the schedule's warmup and decay and the weight-decay exclusions unchanged.
 """
 
 import keras
 import tensorflow as tf
 
 
+def layer_decay_multipliers(depth, decay):
+    """`{layer name: multiplier}` for a ViT of `depth` blocks: the patch embedding gets
+    `decay ** (depth + 1)`, block `i` gets `decay ** (depth - i)`, and the final norm and the
+    head (every layer not named here) keep the full learning rate."""
+    if not 0 < decay <= 1:
+        raise ValueError(f"Layer decay is a factor in (0, 1], got {decay}.")
+    multipliers = {"patch_encoder": decay ** (depth + 1)}
+    multipliers.update({f"block_{i}": decay ** (depth - i) for i in range(depth)})
+    return multipliers
+
+
 @keras.saving.register_keras_serializable(package="keras_vit")
 class AdamW(keras.optimizers.AdamW):
-    """`keras.optimizers.AdamW` with `global_clipnorm` applied to the all-reduced gradient."""
+    """`keras.optimizers.AdamW` with `global_clipnorm` applied to the all-reduced gradient and
+    optional learning-rate multipliers.
+
+    Args:
+        lr_multipliers: `{layer name: multiplier}`, matched against the first part of each
+            variable's path (`block_3/attention/qkv/kernel` -> `block_3`); other variables
+            keep multiplier 1.
+        **kwargs: `keras.optimizers.AdamW`'s arguments.
+    """
+
+    def __init__(self, *args, lr_multipliers=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.lr_multipliers = dict(lr_multipliers or {})
+
+    def build(self, var_list):
+        if self.built:
+            return
+        super().build(var_list)
+        # Keyed by _var_key: on TensorFlow, update_step sees the tf.Variable, not its path.
+        self._multiplier_by_key = {
+            self._var_key(v): float(self.lr_multipliers.get(v.path.split("/", 1)[0], 1.0)) for v in var_list
+        }
+        self._decays_by_key = {self._var_key(v): self._use_weight_decay(v) for v in var_list}
+
+    def _apply_weight_decay(self, variables):
+        if not self.lr_multipliers:
+            super()._apply_weight_decay(variables)
+        # With multipliers, update_step decays each variable at its own learning rate.
+
+    def update_step(self, gradient, variable, learning_rate):
+        if self.lr_multipliers:
+            key = self._var_key(variable)
+            learning_rate = keras.ops.multiply(
+                keras.ops.cast(learning_rate, variable.dtype), self._multiplier_by_key[key]
+            )
+            if self.weight_decay and self._decays_by_key[key]:
+                decay = keras.ops.cast(self.weight_decay, variable.dtype) * learning_rate
+                self.assign_sub(variable, keras.ops.multiply(variable, decay))
+        super().update_step(gradient, variable, learning_rate)
+
+    def get_config(self):
+        return {**super().get_config(), "lr_multipliers": self.lr_multipliers}
 
     def _clip_gradients(self, grads):
         replica = tf.distribute.get_replica_context()

@@ -28,6 +28,7 @@ DEFAULTS = dict(
     random_erasing=0.0,
     repeated_augmentation=1,
     ema=0.0,
+    layer_decay=1.0,
     precision="float32",
 )
 

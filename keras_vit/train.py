@@ -72,7 +72,7 @@ def build_model(config, num_classes, class_names):
     return model
 
 
-def _optimizer(config, total_steps, warmup_steps):
+def _optimizer(config, total_steps, warmup_steps, depth):
     schedule = keras.optimizers.schedules.CosineDecay(
         initial_learning_rate=0.0,
         warmup_target=config.learning_rate,
@@ -86,6 +86,9 @@ def _optimizer(config, total_steps, warmup_steps):
         global_clipnorm=config.clipnorm or None,
         use_ema=config.ema > 0,
         ema_momentum=config.ema or 0.99,
+        lr_multipliers=(
+            optimizers.layer_decay_multipliers(depth, config.layer_decay) if config.layer_decay < 1 else None
+        ),
     )
     optimizer.exclude_from_weight_decay(var_names=NO_DECAY)
     return optimizer
@@ -167,7 +170,7 @@ def compile_training_model(config, classifier, total_steps, warmup_steps, execut
     )
     num_classes = classifier.num_classes
     model.compile(
-        optimizer=_optimizer(config, total_steps, warmup_steps),
+        optimizer=_optimizer(config, total_steps, warmup_steps, depth=classifier.depth),
         loss=keras.losses.CategoricalCrossentropy(from_logits=True, label_smoothing=config.label_smoothing),
         metrics=[
             keras.metrics.CategoricalAccuracy(name="accuracy"),

@@ -43,6 +43,7 @@ class TrainConfig:
     random_erasing: float | None = None
     repeated_augmentation: int | None = None
     ema: float | None = None  # momentum of the weights' moving average; 0 is off
+    layer_decay: float | None = None  # layer-wise learning-rate decay; 1 is off
     precision: str | None = None
     jit_compile: bool = True
     strategy: str = "auto"
@@ -72,6 +73,8 @@ class TrainConfig:
                 raise ValueError(f"{name} must not be negative, got {value}.")
         if self.random_erasing > 1:
             raise ValueError(f"random_erasing is a probability in [0, 1], got {self.random_erasing}.")
+        if not 0 < self.layer_decay <= 1:
+            raise ValueError(f"layer_decay is a factor in (0, 1] (1 is off), got {self.layer_decay}.")
         if not 0 <= self.ema < 1:
             raise ValueError(f"ema is a momentum in [0, 1) (0 is off), got {self.ema}.")
         if not 0 < self.crop_min_scale <= 1:

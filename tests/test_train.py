@@ -378,12 +378,14 @@ print(json.dumps(results))
 
 def test_every_strategy_precision_and_xla_combination_trains(colors_dataset, tmp_path):
     """One device and mirrored over 2 logical CPUs, x float32 / mixed_bfloat16 / mixed_float16
-    (loss scaling), x XLA on / off, with augmentation on: a few steps each, finite losses.
+    (loss scaling), x XLA on / off, with augmentation and layer decay on: a few steps each,
+    finite losses.
     (Multi-worker over two processes: the test below, with the default XLA on.)
     The two strategies run side by side, one process each."""
     config = dict(
         dataset=colors_dataset, epochs=1, batch_size=8, steps_per_epoch=2, validation_split=0.0,
         overrides=TINY_MODEL, mixup=0.8, cutmix=1.0, random_erasing=0.25, backup_every_steps=2,
+        layer_decay=0.65,
     )  # fmt: skip
     processes = [
         subprocess.Popen(
