@@ -14,6 +14,7 @@ import numpy as np
 
 from keras_vit import framework_logs
 from keras_vit.export_folder import LABELS_FILE
+from keras_vit.run_folder import MODEL_FILE
 
 # How many classes an answer lists: `keras-vit predict`, the apps, the SavedModel's outputs.
 TOP_K = 5
@@ -244,7 +245,7 @@ def open_model(path):
     if os.path.isdir(path):
         if os.path.exists(os.path.join(path, "saved_model.pb")):
             return SavedModelRunner(path)
-        if os.path.exists(os.path.join(path, "model.keras")):
+        if os.path.exists(os.path.join(path, MODEL_FILE)):
             return KerasRunner(path)
         raise ValueError(f"{path} is neither a run folder (model.keras) nor a SavedModel (saved_model.pb).")
     extension = os.path.splitext(path)[1].lower()

@@ -9,13 +9,14 @@ import keras
 # Importing these registers every class a keras-vit `.keras` file names (the ViT and its
 # layers, the training wrapper, the optimizer), whoever started the process.
 from keras_vit import models, optimizers, training_model  # noqa: F401
+from keras_vit.run_folder import MODEL_FILE
 
 
 def load_trained_model(path):
     """Loads a `.keras` file, or `model.keras` from a run folder."""
     path = os.fspath(path)
     if os.path.isdir(path):
-        path = os.path.join(path, "model.keras")
+        path = os.path.join(path, MODEL_FILE)
     if not os.path.exists(path):
         raise FileNotFoundError(f"Model not found: {path}")
     if not path.endswith(".keras"):
