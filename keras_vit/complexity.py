@@ -11,7 +11,14 @@ product backward).
 
 from keras_vit import configs
 
-_DEFAULTS = dict(num_classes=1000, channels=3, representation_size=None, include_top=True)
+_DEFAULTS = dict(
+    num_classes=1000,
+    channels=3,
+    representation_size=None,
+    include_top=True,
+    layer_scale=None,
+    cls_position_embedding=True,
+)
 
 
 def _architecture(model_or_name, overrides):
@@ -36,8 +43,11 @@ def parameter_count(model_or_name, **overrides):
     """Number of weights of a config name, a `ViT`, or a dict of `ViT` arguments."""
     a = _architecture(model_or_name, overrides)
     d, m, p, c = a["hidden_dim"], a["mlp_dim"], a["patch_size"], a["channels"]
-    embed = p * p * c * d + d + d + (_num_patches(a) + 1) * d
+    position_tokens = _num_patches(a) + (1 if a.get("cls_position_embedding", True) else 0)
+    embed = p * p * c * d + d + d + position_tokens * d
     block = 2 * 2 * d + (d * 3 * d + 3 * d) + (d * d + d) + (d * m + m) + (m * d + d)
+    if a.get("layer_scale") is not None:
+        block += 2 * d
     total = embed + a["depth"] * block + 2 * d
     features = d
     if a.get("representation_size"):

@@ -11,6 +11,7 @@ import difflib
 _SIZES = {
     "tiny": dict(hidden_dim=192, depth=12, num_heads=3, mlp_dim=768),
     "small": dict(hidden_dim=384, depth=12, num_heads=6, mlp_dim=1536),
+    "medium": dict(hidden_dim=512, depth=12, num_heads=8, mlp_dim=2048),
     "base": dict(hidden_dim=768, depth=12, num_heads=12, mlp_dim=3072),
     "large": dict(hidden_dim=1024, depth=24, num_heads=16, mlp_dim=4096),
     "huge": dict(hidden_dim=1280, depth=32, num_heads=16, mlp_dim=5120),
@@ -24,12 +25,17 @@ _SIZES = {
 }
 
 
-def _entry(size, patch_size, image_size, description):
+# DeiT III (Touvron et al., 2022): LayerScale, position embeddings on the patches only.
+_DEIT3 = dict(layer_scale=1e-6, cls_position_embedding=False)
+
+
+def _entry(size, patch_size, image_size, description, **architecture):
     return dict(
         _SIZES[size],
         patch_size=patch_size,
         image_size=image_size,
         description=description,
+        **architecture,
     )
 
 
@@ -56,6 +62,14 @@ MODEL_CONFIGS = {
     "vit_tiny_patch2_32": _entry("tiny", 2, 32, "ViT-Ti, patch 2, for 32x32 images"),
     "vit_small_patch4_32": _entry("small", 4, 32, "ViT-S for 32x32 images"),
     "vit_cifar_patch4_32": _entry("cifar", 4, 32, "7-block ViT-S, MLP ratio 2: CIFAR-10 from scratch"),
+    # DeiT (Touvron et al., 2021): the ViT architecture, trained on ImageNet-1k alone.
+    "deit_tiny_patch16_224": _entry("tiny", 16, 224, "DeiT-Ti/16"),
+    "deit_small_patch16_224": _entry("small", 16, 224, "DeiT-S/16"),
+    "deit_base_patch16_224": _entry("base", 16, 224, "DeiT-B/16"),
+    "deit_base_patch16_384": _entry("base", 16, 384, "DeiT-B/16 at 384"),
+    "deit3_small_patch16_224": _entry("small", 16, 224, "DeiT III-S/16 (LayerScale)", **_DEIT3),
+    "deit3_medium_patch16_224": _entry("medium", 16, 224, "DeiT III-M/16 (LayerScale)", **_DEIT3),
+    "deit3_base_patch16_224": _entry("base", 16, 224, "DeiT III-B/16 (LayerScale)", **_DEIT3),
 }
 
 

@@ -136,11 +136,14 @@ class PatchEncoder(keras.layers.Layer):
         patch_size: int. Side of each square patch, in pixels.
         hidden_dim: int. Width of the token embeddings.
         dropout: float, default 0. Dropout after adding position embeddings.
+        cls_position_embedding: bool, default True. Whether the [cls] token gets a position
+            embedding too (ViT, DeiT); DeiT III adds them to the patches only (timm's
+            `no_embed_class`).
     """
 
     num_prefix_tokens = 1
 
-    def __init__(self, patch_size, hidden_dim, dropout=0.0, **kwargs):
+    def __init__(self, patch_size, hidden_dim, dropout=0.0, cls_position_embedding=True, **kwargs):
         super().__init__(**kwargs)
         check_positive_int(patch_size, "patch_size")
         check_positive_int(hidden_dim, "hidden_dim")
@@ -149,6 +152,9 @@ class PatchEncoder(keras.layers.Layer):
         self.patch_size = patch_size
         self.hidden_dim = hidden_dim
         self.dropout = dropout
+        self.cls_position_embedding = bool(cls_position_embedding)
+        # Prefix tokens that have a position embedding (before the grid's embeddings).
+        self.position_prefix_tokens = self.num_prefix_tokens if self.cls_position_embedding else 0
 
         self.projection = keras.layers.Conv2D(
             hidden_dim,
@@ -178,7 +184,7 @@ class PatchEncoder(keras.layers.Layer):
             name="cls_token",
         )
         self.position_embedding = self.add_weight(
-            shape=(1, self.num_patches + self.num_prefix_tokens, self.hidden_dim),
+            shape=(1, self.num_patches + self.position_prefix_tokens, self.hidden_dim),
             initializer=weight_initializer(),
             name="position_embedding",
         )
@@ -194,8 +200,11 @@ class PatchEncoder(keras.layers.Layer):
         x = self.projection(images)
         x = ops.reshape(x, (-1, self.num_patches, self.hidden_dim))
         cls = ops.broadcast_to(ops.cast(self.cls_token, x.dtype), (ops.shape(x)[0], 1, self.hidden_dim))
-        x = ops.concatenate([cls, x], axis=1)
-        x = x + ops.cast(self.position_embedding, x.dtype)
+        position_embedding = ops.cast(self.position_embedding, x.dtype)
+        if self.cls_position_embedding:
+            x = ops.concatenate([cls, x], axis=1) + position_embedding
+        else:
+            x = ops.concatenate([cls, x + position_embedding], axis=1)
         return self.dropout_layer(x, training=training)
 
     def compute_output_shape(self, input_shape):
@@ -204,7 +213,14 @@ class PatchEncoder(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        config.update({"patch_size": self.patch_size, "hidden_dim": self.hidden_dim, "dropout": self.dropout})
+        config.update(
+            {
+                "patch_size": self.patch_size,
+                "hidden_dim": self.hidden_dim,
+                "dropout": self.dropout,
+                "cls_position_embedding": self.cls_position_embedding,
+            }
+        )
         return config
 
 
@@ -354,6 +370,8 @@ class TransformerBlock(keras.layers.Layer):
         attention_dropout: float, default 0. Dropout on the attention weights.
         drop_path_rate: float, default 0. Stochastic depth rate of both branches.
         layer_norm_epsilon: float, default 1e-6.
+        layer_scale: float or None. LayerScale (CaiT, DeiT III): each branch's output is
+            multiplied by a learned per-channel scale that starts at this value.
     """
 
     def __init__(
@@ -365,6 +383,7 @@ class TransformerBlock(keras.layers.Layer):
         attention_dropout=0.0,
         drop_path_rate=0.0,
         layer_norm_epsilon=1e-6,
+        layer_scale=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -377,6 +396,7 @@ class TransformerBlock(keras.layers.Layer):
         self.attention_dropout = attention_dropout
         self.drop_path_rate = drop_path_rate
         self.layer_norm_epsilon = layer_norm_epsilon
+        self.layer_scale = None if layer_scale is None else float(layer_scale)
 
         def dense(units, name, activation=None):
             return keras.layers.Dense(
@@ -421,6 +441,16 @@ class TransformerBlock(keras.layers.Layer):
         self.norm2.build(input_shape)
         self.fc1.build(input_shape)
         self.fc2.build(tuple(input_shape[:-1]) + (self.mlp_dim,))
+        if self.layer_scale is not None:
+            scale = keras.initializers.Constant(self.layer_scale)
+            self.ls1 = self.add_weight(shape=(self.hidden_dim,), initializer=scale, name="ls1")
+            self.ls2 = self.add_weight(shape=(self.hidden_dim,), initializer=scale, name="ls2")
+
+    def _layer_scaled(self, branch, which):
+        """`branch` times LayerScale's `ls1` or `ls2`, when the block has LayerScale."""
+        if self.layer_scale is None:
+            return branch
+        return branch * ops.cast(getattr(self, which), branch.dtype)
 
     def call(self, x, training=None, return_attention_scores=False):
         attended = self.attention(
@@ -428,10 +458,10 @@ class TransformerBlock(keras.layers.Layer):
         )
         if return_attention_scores:
             attended, scores = attended
-        x = x + self.drop_path1(attended, training=training)
+        x = x + self.drop_path1(self._layer_scaled(attended, "ls1"), training=training)
         y = self.mlp_dropout1(self.fc1(self.norm2(x)), training=training)
         y = self.mlp_dropout2(self.fc2(y), training=training)
-        x = x + self.drop_path2(y, training=training)
+        x = x + self.drop_path2(self._layer_scaled(y, "ls2"), training=training)
         if return_attention_scores:
             return x, scores
         return x
@@ -453,6 +483,7 @@ class TransformerBlock(keras.layers.Layer):
                 "attention_dropout": self.attention_dropout,
                 "drop_path_rate": self.drop_path_rate,
                 "layer_norm_epsilon": self.layer_norm_epsilon,
+                "layer_scale": self.layer_scale,
             }
         )
         return config

@@ -63,6 +63,10 @@ class ViT(keras.Model):
         image_std: list of floats or None. Per-channel std on the [0, 1] scale.
         class_names: list of str or None. The label of each output, saved
             with the model for prediction and export.
+        layer_scale: float or None. LayerScale's initial value in every block
+            (DeiT III: 1e-6); None (ViT, DeiT) has none.
+        cls_position_embedding: bool, default True. False gives position
+            embeddings to the patches only (DeiT III; timm's `no_embed_class`).
     """
 
     def __init__(
@@ -86,6 +90,8 @@ class ViT(keras.Model):
         image_mean=None,
         image_std=None,
         class_names=None,
+        layer_scale=None,
+        cls_position_embedding=True,
         dtype=None,
         **kwargs,
     ):
@@ -118,7 +124,14 @@ class ViT(keras.Model):
         x = images
         if image_mean is not None:
             x = ImageNormalization(image_mean, image_std, dtype=dtype, name="normalization")(x)
-        x = PatchEncoder(patch_size, hidden_dim, dropout=dropout, dtype=dtype, name="patch_encoder")(x)
+        x = PatchEncoder(
+            patch_size,
+            hidden_dim,
+            dropout=dropout,
+            cls_position_embedding=cls_position_embedding,
+            dtype=dtype,
+            name="patch_encoder",
+        )(x)
         for i in range(depth):
             x = TransformerBlock(
                 hidden_dim,
@@ -129,6 +142,7 @@ class ViT(keras.Model):
                 # As timm: linspace(0, drop_path_rate, depth).
                 drop_path_rate=drop_path_rate * i / max(depth - 1, 1),
                 layer_norm_epsilon=layer_norm_epsilon,
+                layer_scale=layer_scale,
                 dtype=dtype,
                 name=f"block_{i}",
             )(x)
@@ -177,6 +191,8 @@ class ViT(keras.Model):
         self.image_mean = None if image_mean is None else [float(m) for m in image_mean]
         self.image_std = None if image_std is None else [float(v) for v in image_std]
         self.class_names = class_names
+        self.layer_scale = None if layer_scale is None else float(layer_scale)
+        self.cls_position_embedding = bool(cls_position_embedding)
 
     @property
     def blocks(self):
@@ -207,6 +223,8 @@ class ViT(keras.Model):
             "image_mean": self.image_mean,
             "image_std": self.image_std,
             "class_names": self.class_names,
+            "layer_scale": self.layer_scale,
+            "cls_position_embedding": self.cls_position_embedding,
         }
 
     @classmethod
@@ -267,7 +285,7 @@ def resize_model(model, image_size):
                     keras.ops.convert_to_numpy(source.position_embedding),
                     new_grid=target.grid_size,
                     old_grid=source.grid_size,
-                    num_prefix_tokens=source.num_prefix_tokens,
+                    num_prefix_tokens=source.position_prefix_tokens,
                 )
             )
         else:

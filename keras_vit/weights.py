@@ -284,6 +284,8 @@ def _assign(model, encoder, state, source):
         targets += _norm(block.norm2, f"{p}.norm2")
         targets += _linear(block.fc1, f"{p}.mlp.fc1")
         targets += _linear(block.fc2, f"{p}.mlp.fc2")
+        if block.layer_scale is not None:
+            targets += [(f"{p}.ls1.gamma", block.ls1, None), (f"{p}.ls2.gamma", block.ls2, None)]
     targets += _norm(model.get_layer("norm"), final_norm)
 
     optional = []  # layers kept freshly initialised when the checkpoint has none that fits
@@ -320,9 +322,11 @@ def _assign(model, encoder, state, source):
         )
     unused = sorted(set(state) - {key for key, _, _ in targets})
     if unused:
+        hint = "Is it a plain ViT checkpoint of the same depth?"
+        if any(k.endswith(".ls1.gamma") for k in unused):
+            hint = "It has LayerScale (DeiT III): use a deit3_* config, or ViT(layer_scale=...)."
         raise CheckpointMismatchError(
-            f"{source} has {len(unused)} key(s) that this ViT has no place for, e.g. {unused[:5]}. "
-            f"Is it a plain ViT checkpoint of the same depth?"
+            f"{source} has {len(unused)} key(s) that this ViT has no place for, e.g. {unused[:5]}. {hint}"
         )
 
     values = []
@@ -349,7 +353,7 @@ def _fit_position_embeddings(pos_embed, encoder, source):
     expected = tuple(encoder.position_embedding.shape)
     if pos_embed.shape == expected or pos_embed.ndim != 3 or pos_embed.shape[-1] != expected[-1]:
         return pos_embed  # equal, or a mismatch that the shape check reports
-    prefix = encoder.num_prefix_tokens
+    prefix = encoder.position_prefix_tokens
     old_tokens = pos_embed.shape[1] - prefix
     side = int(round(old_tokens**0.5))
     if side * side != old_tokens:

@@ -117,6 +117,7 @@ def test_vit_base_patch16_224_has_timms_parameter_count():
         ("vit_mini_patch4_32", {"pooling": "gap", "channels": 1}),
         ("vit_mini_patch4_32", {"representation_size": 64, "image_size": 48}),
         ("vit_mini_patch4_32", {"include_top": False}),
+        ("vit_mini_patch4_32", {"layer_scale": 1e-6, "cls_position_embedding": False}),
     ],
 )
 def test_analytic_parameter_count_equals_the_built_model(name, overrides):
@@ -155,6 +156,15 @@ def test_keras_round_trip_gives_identical_outputs(tmp_path, tiny_config, images)
     assert restored.get_config() == model.get_config()
     np.testing.assert_array_equal(to_numpy(restored(images)), to_numpy(model(images)))
     np.testing.assert_allclose(to_numpy(restored(images)).sum(-1), 1.0, atol=1e-5)
+
+
+def test_a_deit3_style_model_survives_a_keras_round_trip(tmp_path, tiny_config, images):
+    model = keras_vit.ViT(**tiny_config, layer_scale=0.1, cls_position_embedding=False)
+    model.save(tmp_path / "deit3.keras")
+    restored = keras.models.load_model(tmp_path / "deit3.keras")
+    assert restored.get_config() == model.get_config()
+    assert restored.get_layer("patch_encoder").position_embedding.shape == (1, 64, 32)  # patches only
+    np.testing.assert_array_equal(to_numpy(restored(images)), to_numpy(model(images)))
 
 
 def test_get_config_is_json_and_rebuilds_the_same_architecture(tiny_config):
@@ -211,11 +221,16 @@ def test_a_tiny_vit_learns_under_fit(tiny_config):
     assert losses[-1] < 0.25 * losses[0]  # memorises 16 random images: gradients reach every layer
 
 
-def test_converts_to_tflite_with_builtin_ops_only(tmp_path, tiny_config):
+@pytest.mark.parametrize(
+    "layout",
+    [dict(pooling="gap", representation_size=16), dict(layer_scale=1e-6, cls_position_embedding=False)],
+    ids=["gap-pre-logits", "deit3"],
+)
+def test_converts_to_tflite_with_builtin_ops_only(tmp_path, tiny_config, layout):
     """Guards the layers against ops that would need Flex (e.g. `x[:, None]`)."""
     import tensorflow as tf
 
-    model = keras_vit.ViT(**tiny_config, pooling="gap", representation_size=16)
+    model = keras_vit.ViT(**tiny_config, **layout)
     model.export(str(tmp_path / "saved_model"), format="tf_saved_model", verbose=False)
     converter = tf.lite.TFLiteConverter.from_saved_model(str(tmp_path / "saved_model"))
     converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]  # fails on any Flex op

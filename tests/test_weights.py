@@ -150,6 +150,20 @@ def test_resized_position_embeddings_match_timms_resampling(tmp_path, record_par
     )
 
 
+def test_layer_scale_and_patch_only_position_embeddings_match_timm_also_resized(
+    tmp_path, tiny_config, images
+):
+    """DeiT III's layout (timm's init_values and no_embed_class) at the suite's size, then at 48x48."""
+    reference = _small_timm(no_embed_class=True, init_values=0.1)
+    model = keras_vit.ViT(**tiny_config, layer_scale=0.1, cls_position_embedding=False)
+    keras_vit.load_weights(model, _save_safetensors(reference, tmp_path / "deit3.safetensors"))
+    assert _max_diff(model(images), _timm_logits(reference, images)) <= PARITY_TOLERANCE
+    resized = keras_vit.resize_model(model, image_size=48)
+    expected = resample_abs_pos_embed(reference.pos_embed.detach(), new_size=(12, 12), num_prefix_tokens=0)
+    ours = to_numpy(resized.get_layer("patch_encoder").position_embedding)
+    assert ours.shape == (1, 144, 32) and _max_diff(ours, expected.numpy()) <= 1e-5
+
+
 @pytest.mark.parametrize("old,new", [((14, 14), (7, 10)), ((4, 4), (12, 12)), ((6, 9), (5, 5))])
 def test_resampling_matches_timm_when_shrinking_and_on_non_square_grids(old, new):
     pos = np.random.default_rng(0).normal(size=(1, 1 + old[0] * old[1], 8)).astype("float32")
