@@ -26,6 +26,12 @@ def ranked(probabilities, class_names=None, k=TOP_K):
     return [(class_names[i] if class_names else str(i), int(i), float(probabilities[i])) for i in order]
 
 
+def _to_numpy(tensor):
+    import keras
+
+    return np.asarray(keras.ops.convert_to_numpy(tensor))
+
+
 def _in_batches(run, images, batch_size=64):
     """`run` over `images` a batch at a time, outputs concatenated: bounded memory for any count."""
     return np.concatenate([run(images[i : i + batch_size]) for i in range(0, len(images), batch_size)])
@@ -75,16 +81,20 @@ class KerasRunner(Runner):
 
     def _graph(self, function):
         """`function` traced once into a TensorFlow graph for any batch size: calling a Keras
-        model eagerly costs several times more per image (docs/benchmarks/history.md)."""
+        model eagerly costs several times more per image (docs/benchmarks/history.md). On
+        another Keras backend (a model trained with JAX, evaluated there) it runs as it is."""
+        import keras
         import tensorflow as tf
 
+        if keras.backend.backend() != "tensorflow":
+            return function
         height, width = self.image_size
         spec = tf.TensorSpec([None, height, width, self.classifier.channels], tf.float32)
         return tf.function(function, input_signature=[spec])
 
     def predict(self, images, batch_size=64):
         return _in_batches(
-            lambda batch: self._probabilities(batch).numpy(), self._checked(images), batch_size
+            lambda batch: _to_numpy(self._probabilities(batch)), self._checked(images), batch_size
         )
 
     def predict_attention(self, images):
@@ -94,7 +104,7 @@ class KerasRunner(Runner):
         if self._rollout is None:
             self._rollout = self._graph(AttentionRollout(self.classifier.model))
         outputs = self._rollout(self._checked(images))
-        return tuple(outputs[k].numpy() for k in ("probabilities", "attention"))
+        return tuple(_to_numpy(outputs[k]) for k in ("probabilities", "attention"))
 
 
 class SavedModelRunner(Runner):
