@@ -158,9 +158,7 @@ def export_model(
             f"{source} is not a run folder, so its dataset is unknown: pass --dataset (a folder, .zip, "
             f"tfds name or cifar10-mini) for verification and int8 calibration, or --no-verify."
         )
-    variants = (
-        ("fp32",) + tuple(quantize) + (("attention",) if attention else ()) if "tflite" in formats else ()
-    )
+    variants = _tflite_variants(formats, quantize, attention)
 
     with _Staging(os.path.join(os.fspath(output), classifier.name)) as staging:
         files = _convert(classifier, staging, formats, variants, spec, int8_input, calibration_images, source)
@@ -178,6 +176,13 @@ def export_model(
     manifest["folder"] = staging.published_files
     manifest["table"] = format_table(report) if report else ""
     return manifest
+
+
+def _tflite_variants(formats, quantize, attention):
+    """The .tflite files to write: fp32 always, the quantized ones asked for, the attention model."""
+    if "tflite" not in formats:
+        return ()
+    return ("fp32", *quantize, *(("attention",) if attention else ()))
 
 
 def _require_tensorflow_backend():
