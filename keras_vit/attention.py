@@ -10,6 +10,7 @@ patch contributed to the classification token. Everything is Keras ops, so the
 same graph exports to TFLite with builtin ops only.
 """
 
+import keras
 from keras import ops
 
 from keras_vit.layers import PatchEncoder, TransformerBlock
@@ -19,26 +20,30 @@ def attention_scores(model, images):
     """Runs `model` on `images` and returns `(outputs, scores)`.
 
     `scores` holds each block's attention weights, `(batch, heads, tokens,
-    tokens)` with softmax rows over keys, first block first. The layers are
-    called in order (a ViT is a chain), so this traces into an exported graph.
+    tokens)` with softmax rows over keys, first block first. The layers up to
+    the last block are called in order (a ViT is a chain there), then the rest
+    (pooling, norm, the head or DeiT's two heads) as one sub-model, so this
+    traces into an exported graph.
 
     Raises:
         ValueError: `model` has no Transformer blocks.
     """
+    blocks = [layer for layer in model.layers if isinstance(layer, TransformerBlock)]
+    if not blocks:
+        raise ValueError(f"{model.name} has no TransformerBlock layers, so it has no attention to show.")
     x = images
     scores = []
-    for layer in model.layers[1:]:  # after the InputLayer
+    for layer in model.layers[1 : model.layers.index(blocks[-1]) + 1]:  # after the InputLayer
         if isinstance(layer, TransformerBlock):
             x, block_scores = layer(x, training=False, return_attention_scores=True)
             scores.append(block_scores)
         else:
             x = layer(x, training=False)
-    if not scores:
-        raise ValueError(f"{model.name} has no TransformerBlock layers, so it has no attention to show.")
-    return x, scores
+    head = keras.Model(blocks[-1].output, model.output, name=f"{model.name}_head")
+    return head(x, training=False), scores
 
 
-def rollout(scores, grid_size, num_prefix_tokens=1, residual_weight=0.5):
+def rollout(scores, grid_size, num_prefix_tokens=1, residual_weight=0.5, from_cls=True):
     """Attention rollout from the [cls] token over the patch grid.
 
     Args:
@@ -46,6 +51,8 @@ def rollout(scores, grid_size, num_prefix_tokens=1, residual_weight=0.5):
         grid_size: `(rows, cols)` of patches.
         num_prefix_tokens: tokens before the patches ([cls] and any others).
         residual_weight: share of the identity (the skip connection) in each block's mix.
+        from_cls: follow the [cls] token (token 0); False, for a model pooled by averaging
+            with no [cls], follows the mean of the patch tokens, which is what it classifies.
 
     Returns:
         `(batch, rows, cols)` float32 maps scaled so each image's largest value is 1.
@@ -57,8 +64,11 @@ def rollout(scores, grid_size, num_prefix_tokens=1, residual_weight=0.5):
         mixed = (1.0 - residual_weight) * mixed + residual_weight * ops.eye(tokens, dtype="float32")
         mixed = mixed / ops.sum(mixed, axis=-1, keepdims=True)
         result = mixed if result is None else ops.matmul(mixed, result)
-    cls_row = result[:, 0, num_prefix_tokens:]
-    maps = ops.reshape(cls_row, (-1, grid_size[0], grid_size[1]))
+    if from_cls:
+        row = result[:, 0, num_prefix_tokens:]
+    else:
+        row = ops.mean(result[:, num_prefix_tokens:, num_prefix_tokens:], axis=1)
+    maps = ops.reshape(row, (-1, grid_size[0], grid_size[1]))
     peak = ops.max(maps, axis=(1, 2), keepdims=True)
     return maps / ops.maximum(peak, 1e-12)
 
@@ -77,6 +87,7 @@ class AttentionRollout:
             raise ValueError(f"{model.name} is not a ViT (no PatchEncoder); attention rollout needs one.")
         self.grid_size = tuple(encoders[0].grid_size)
         self.num_prefix_tokens = encoders[0].num_prefix_tokens
+        self.from_cls = encoders[0].class_token
         self.outputs_probabilities = getattr(model, "classifier_activation", None) == "softmax"
         self.model = model
 
@@ -85,5 +96,5 @@ class AttentionRollout:
         outputs = ops.cast(outputs, "float32")
         return {
             "probabilities": outputs if self.outputs_probabilities else ops.softmax(outputs, axis=-1),
-            "attention": rollout(scores, self.grid_size, self.num_prefix_tokens),
+            "attention": rollout(scores, self.grid_size, self.num_prefix_tokens, from_cls=self.from_cls),
         }

@@ -18,6 +18,9 @@ _DEFAULTS = dict(
     include_top=True,
     layer_scale=None,
     cls_position_embedding=True,
+    distillation_token=False,
+    class_token=True,
+    register_tokens=0,
 )
 
 
@@ -39,12 +42,26 @@ def _num_patches(arch):
     return (height // arch["patch_size"]) * (width // arch["patch_size"])
 
 
+def _prefix_tokens(arch):
+    """[cls], DeiT's distillation token, the registers."""
+    return (
+        int(arch.get("class_token", True))
+        + int(bool(arch.get("distillation_token")))
+        + int(arch.get("register_tokens", 0))
+    )
+
+
+def _heads(arch):
+    return 2 if arch.get("distillation_token") else 1
+
+
 def parameter_count(model_or_name, **overrides):
     """Number of weights of a config name, a `ViT`, or a dict of `ViT` arguments."""
     a = _architecture(model_or_name, overrides)
     d, m, p, c = a["hidden_dim"], a["mlp_dim"], a["patch_size"], a["channels"]
-    position_tokens = _num_patches(a) + (1 if a.get("cls_position_embedding", True) else 0)
-    embed = p * p * c * d + d + d + position_tokens * d
+    prefix = _prefix_tokens(a)
+    position_tokens = _num_patches(a) + (prefix if a.get("cls_position_embedding", True) else 0)
+    embed = p * p * c * d + d + prefix * d + position_tokens * d
     block = 2 * 2 * d + (d * 3 * d + 3 * d) + (d * d + d) + (d * m + m) + (m * d + d)
     if a.get("layer_scale") is not None:
         block += 2 * d
@@ -54,7 +71,7 @@ def parameter_count(model_or_name, **overrides):
         total += d * a["representation_size"] + a["representation_size"]
         features = a["representation_size"]
     if a.get("include_top", True):
-        total += features * a["num_classes"] + a["num_classes"]
+        total += _heads(a) * (features * a["num_classes"] + a["num_classes"])
     return total
 
 
@@ -63,7 +80,7 @@ def forward_flops(model_or_name, **overrides):
     a = _architecture(model_or_name, overrides)
     d, m, p, c = a["hidden_dim"], a["mlp_dim"], a["patch_size"], a["channels"]
     n = _num_patches(a)
-    t = n + 1
+    t = n + _prefix_tokens(a)
     macs = n * p * p * c * d
     per_block = t * d * 3 * d + 2 * t * t * d + t * d * d + 2 * t * d * m
     macs += a["depth"] * per_block
@@ -72,7 +89,7 @@ def forward_flops(model_or_name, **overrides):
         macs += d * a["representation_size"]
         features = a["representation_size"]
     if a.get("include_top", True):
-        macs += features * a["num_classes"]
+        macs += _heads(a) * features * a["num_classes"]
     return 2 * macs
 
 

@@ -27,6 +27,13 @@ _SIZES = {
 
 # DeiT III (Touvron et al., 2022): LayerScale, position embeddings on the patches only.
 _DEIT3 = dict(layer_scale=1e-6, cls_position_embedding=False)
+# Distilled DeiT: a distillation token with its own head; the output is both heads' mean.
+_DISTILLED = dict(distillation_token=True)
+# Registers ("Vision Transformers Need Registers", Darcet et al. 2024): 4 learned tokens
+# after [cls], position embeddings on the patches only.
+_REGISTERS = dict(register_tokens=4, cls_position_embedding=False)
+# Averaged patch tokens and no [cls] token (timm's *_gap_* models).
+_GAP = dict(pooling="gap", class_token=False)
 
 
 def _entry(size, patch_size, image_size, description, **architecture):
@@ -67,9 +74,51 @@ MODEL_CONFIGS = {
     "deit_small_patch16_224": _entry("small", 16, 224, "DeiT-S/16"),
     "deit_base_patch16_224": _entry("base", 16, 224, "DeiT-B/16"),
     "deit_base_patch16_384": _entry("base", 16, 384, "DeiT-B/16 at 384"),
+    # Distilled DeiT: a distillation token with its own head; the output is both heads' mean.
+    "deit_tiny_distilled_patch16_224": _entry(
+        "tiny", 16, 224, "DeiT-Ti/16 distilled", distillation_token=True
+    ),
+    "deit_small_distilled_patch16_224": _entry(
+        "small", 16, 224, "DeiT-S/16 distilled", distillation_token=True
+    ),
+    "deit_base_distilled_patch16_224": _entry(
+        "base", 16, 224, "DeiT-B/16 distilled", distillation_token=True
+    ),
+    "deit_base_distilled_patch16_384": _entry(
+        "base", 16, 384, "DeiT-B/16 distilled, at 384", distillation_token=True
+    ),
     "deit3_small_patch16_224": _entry("small", 16, 224, "DeiT III-S/16 (LayerScale)", **_DEIT3),
     "deit3_medium_patch16_224": _entry("medium", 16, 224, "DeiT III-M/16 (LayerScale)", **_DEIT3),
     "deit3_base_patch16_224": _entry("base", 16, 224, "DeiT III-B/16 (LayerScale)", **_DEIT3),
+    "vit_base_patch16_gap_224": _entry(
+        "base",
+        16,
+        224,
+        "ViT-B/16, 16 heads, no [cls]: LayerNorm, then the patch mean",
+        num_heads=16,
+        norm_before_pooling=True,
+        **_GAP,
+    ),  # fmt: skip
+    "vit_medium_patch16_reg4_gap_256": _entry(
+        "medium",
+        16,
+        256,
+        "ViT-M/16 with 4 registers, LayerScale, the patch mean",
+        layer_scale=1e-5,
+        **_REGISTERS,
+        **_GAP,
+    ),  # fmt: skip
+    "vit_base_patch16_reg4_gap_256": _entry(
+        "base", 16, 256, "ViT-B/16 with 4 registers, the patch mean", **_REGISTERS, **_GAP
+    ),
+    "vit_small_patch14_reg4_dinov2": _entry(
+        "small",
+        14,
+        518,
+        "DINOv2 ViT-S/14 with 4 registers and LayerScale ([cls] pooled)",
+        layer_scale=1e-5,
+        **_REGISTERS,
+    ),  # fmt: skip
 }
 
 

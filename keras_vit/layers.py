@@ -139,13 +139,30 @@ class PatchEncoder(keras.layers.Layer):
         cls_position_embedding: bool, default True. Whether the [cls] token gets a position
             embedding too (ViT, DeiT); DeiT III adds them to the patches only (timm's
             `no_embed_class`).
+        distillation_token: bool, default False. A second prefix token after [cls], DeiT's
+            distillation token.
+        class_token: bool, default True. False: no [cls] token (models pooled by averaging).
+        register_tokens: int, default 0. Learned register tokens after the other prefix
+            tokens ("Vision Transformers Need Registers", Darcet et al. 2024).
     """
 
-    num_prefix_tokens = 1
-
-    def __init__(self, patch_size, hidden_dim, dropout=0.0, cls_position_embedding=True, **kwargs):
+    def __init__(
+        self,
+        patch_size,
+        hidden_dim,
+        dropout=0.0,
+        cls_position_embedding=True,
+        distillation_token=False,
+        class_token=True,
+        register_tokens=0,
+        **kwargs,
+    ):
         super().__init__(**kwargs)
         check_positive_int(patch_size, "patch_size")
+        if register_tokens:
+            check_positive_int(register_tokens, "register_tokens")
+        if distillation_token and not class_token:
+            raise ValueError("A distillation token follows the [cls] token: set class_token=True.")
         check_positive_int(hidden_dim, "hidden_dim")
         check_rate(dropout, "dropout")
         # === Config ===
@@ -153,6 +170,11 @@ class PatchEncoder(keras.layers.Layer):
         self.hidden_dim = hidden_dim
         self.dropout = dropout
         self.cls_position_embedding = bool(cls_position_embedding)
+        self.distillation_token = bool(distillation_token)
+        self.class_token = bool(class_token)
+        self.register_tokens = int(register_tokens)
+        # Tokens before the patch tokens: [cls], DeiT's distillation token, the registers.
+        self.num_prefix_tokens = self.class_token + self.distillation_token + self.register_tokens
         # Prefix tokens that have a position embedding (before the grid's embeddings).
         self.position_prefix_tokens = self.num_prefix_tokens if self.cls_position_embedding else 0
 
@@ -178,11 +200,24 @@ class PatchEncoder(keras.layers.Layer):
         self.grid_size = _patch_grid(height, width, self.patch_size)
         self.num_patches = self.grid_size[0] * self.grid_size[1]
         self.projection.build(input_shape)
-        self.cls_token = self.add_weight(
-            shape=(1, 1, self.hidden_dim),
-            initializer=keras.initializers.RandomNormal(stddev=1e-6),
-            name="cls_token",
-        )
+        if self.class_token:
+            self.cls_token = self.add_weight(
+                shape=(1, 1, self.hidden_dim),
+                initializer=keras.initializers.RandomNormal(stddev=1e-6),
+                name="cls_token",
+            )
+        if self.register_tokens:
+            self.reg_token = self.add_weight(
+                shape=(1, self.register_tokens, self.hidden_dim),
+                initializer=keras.initializers.RandomNormal(stddev=1e-6),
+                name="reg_token",
+            )
+        if self.distillation_token:
+            self.dist_token = self.add_weight(
+                shape=(1, 1, self.hidden_dim),
+                initializer=keras.initializers.RandomNormal(stddev=1e-6),
+                name="dist_token",
+            )
         self.position_embedding = self.add_weight(
             shape=(1, self.num_patches + self.position_prefix_tokens, self.hidden_dim),
             initializer=weight_initializer(),
@@ -199,12 +234,19 @@ class PatchEncoder(keras.layers.Layer):
             )
         x = self.projection(images)
         x = ops.reshape(x, (-1, self.num_patches, self.hidden_dim))
-        cls = ops.broadcast_to(ops.cast(self.cls_token, x.dtype), (ops.shape(x)[0], 1, self.hidden_dim))
+        tokens = [self.cls_token] if self.class_token else []
+        tokens += [self.dist_token] if self.distillation_token else []
+        tokens += [self.reg_token] if self.register_tokens else []
+        batch = ops.shape(x)[0]
+        prefix = [
+            ops.broadcast_to(ops.cast(token, x.dtype), (batch, token.shape[1], self.hidden_dim))
+            for token in tokens
+        ]
         position_embedding = ops.cast(self.position_embedding, x.dtype)
         if self.cls_position_embedding:
-            x = ops.concatenate([cls, x], axis=1) + position_embedding
+            x = ops.concatenate([*prefix, x], axis=1) + position_embedding
         else:
-            x = ops.concatenate([cls, x + position_embedding], axis=1)
+            x = ops.concatenate([*prefix, x + position_embedding], axis=1)
         return self.dropout_layer(x, training=training)
 
     def compute_output_shape(self, input_shape):
@@ -219,6 +261,9 @@ class PatchEncoder(keras.layers.Layer):
                 "hidden_dim": self.hidden_dim,
                 "dropout": self.dropout,
                 "cls_position_embedding": self.cls_position_embedding,
+                "distillation_token": self.distillation_token,
+                "class_token": self.class_token,
+                "register_tokens": self.register_tokens,
             }
         )
         return config
@@ -494,12 +539,12 @@ class TokenPooling(keras.layers.Layer):
     """Pools the token sequence into one vector per image.
 
     Args:
-        mode: `"token"` takes the [cls] token; `"gap"` averages the patch
-            tokens (the [cls] token excluded, as in timm).
+        mode: `"token"` takes the [cls] token; `"distillation"` the token after it
+            (DeiT's); `"gap"` averages the patch tokens (the prefix tokens excluded, as in timm).
         num_prefix_tokens: int, default 1. Tokens before the patch tokens.
     """
 
-    MODES = ("token", "gap")
+    MODES = ("token", "distillation", "gap")
 
     def __init__(self, mode="token", num_prefix_tokens=1, **kwargs):
         super().__init__(**kwargs)
@@ -512,6 +557,8 @@ class TokenPooling(keras.layers.Layer):
     def call(self, x):
         if self.mode == "token":
             return x[:, 0]
+        if self.mode == "distillation":
+            return x[:, 1]
         return ops.mean(x[:, self.num_prefix_tokens :], axis=1)
 
     def compute_output_shape(self, input_shape):

@@ -14,6 +14,33 @@ from keras_vit.layers import (
 from keras_vit.pos_embed import resample_position_embeddings
 
 
+def _distilled_heads(cls_features, distillation_features, num_classes, activation):
+    """DeiT's two heads on the [cls] and distillation tokens, and their mean (timm's inference)."""
+
+    def head(name):
+        return keras.layers.Dense(
+            num_classes, kernel_initializer=weight_initializer(), dtype="float32", name=name
+        )
+
+    logits = keras.layers.Average(dtype="float32", name="distilled_average")(
+        [head("head")(cls_features), head("head_dist")(distillation_features)]
+    )
+    if activation is None:
+        return logits
+    return keras.layers.Activation(activation, dtype="float32", name="head_activation")(logits)
+
+
+def distilled_heads(model):
+    """A Keras model from a distilled ViT's images to each head's logits: `{"head", "head_dist"}`.
+
+    It shares the ViT's layers: the distillation loss trains `head_dist` toward the teacher.
+    """
+    if not getattr(model, "distillation_token", False) or not model.include_top:
+        raise ValueError(f"{model.name} has no distillation head (ViT(distillation_token=True)).")
+    outputs = {name: model.get_layer(name).output for name in ("head", "head_dist")}
+    return keras.Model(model.inputs, outputs, name=f"{model.name}_heads")
+
+
 def _pair(value, what):
     if isinstance(value, int) and not isinstance(value, bool):
         value = (value, value)
@@ -67,6 +94,14 @@ class ViT(keras.Model):
             (DeiT III: 1e-6); None (ViT, DeiT) has none.
         cls_position_embedding: bool, default True. False gives position
             embeddings to the patches only (DeiT III; timm's `no_embed_class`).
+        class_token: bool, default True. False: no [cls] token (with `pooling="gap"`).
+        register_tokens: int, default 0. Register tokens after the other prefix tokens
+            (Darcet et al. 2024); they are dropped by the pooling.
+        norm_before_pooling: bool, default False. Apply the final LayerNorm to every token
+            before a `"gap"` pooling (timm's `fc_norm=False`) instead of to the pooled vector.
+        distillation_token: bool, default False. DeiT's distilled layout: a second
+            prefix token with its own head (`head_dist`); the model returns the mean of
+            both heads' logits, as timm does at inference (`distilled_heads` gives each).
     """
 
     def __init__(
@@ -92,6 +127,10 @@ class ViT(keras.Model):
         class_names=None,
         layer_scale=None,
         cls_position_embedding=True,
+        distillation_token=False,
+        class_token=True,
+        register_tokens=0,
+        norm_before_pooling=False,
         dtype=None,
         **kwargs,
     ):
@@ -117,6 +156,12 @@ class ViT(keras.Model):
         if representation_size is not None:
             check_positive_int(representation_size, "representation_size")
         check_rate(drop_path_rate, "drop_path_rate")
+        if pooling == "token" and not class_token:
+            raise ValueError("pooling='token' takes the [cls] token: set class_token=True or pooling='gap'.")
+        if distillation_token and (pooling != "token" or representation_size is not None):
+            raise ValueError(
+                "distillation_token needs pooling='token' and no representation_size, as DeiT has."
+            )
 
         # Resolved now, so the model keeps the policy its layers were built with.
         dtype = keras.dtype_policies.get(dtype) if dtype is not None else keras.config.dtype_policy()
@@ -124,14 +169,18 @@ class ViT(keras.Model):
         x = images
         if image_mean is not None:
             x = ImageNormalization(image_mean, image_std, dtype=dtype, name="normalization")(x)
-        x = PatchEncoder(
+        encoder = PatchEncoder(
             patch_size,
             hidden_dim,
             dropout=dropout,
             cls_position_embedding=cls_position_embedding,
+            distillation_token=distillation_token,
+            class_token=class_token,
+            register_tokens=register_tokens,
             dtype=dtype,
             name="patch_encoder",
-        )(x)
+        )
+        x = encoder(x)
         for i in range(depth):
             x = TransformerBlock(
                 hidden_dim,
@@ -146,10 +195,15 @@ class ViT(keras.Model):
                 dtype=dtype,
                 name=f"block_{i}",
             )(x)
-        # Pooling before the final LayerNorm: equal for "token" (LayerNorm acts per
-        # token) and timm's order for "gap" (its fc_norm).
-        x = TokenPooling(pooling, dtype=dtype, name="pooling")(x)
-        x = keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, dtype=dtype, name="norm")(x)
+        # Pooling, then the final LayerNorm: equal for "token" (LayerNorm acts per token)
+        # and timm's fc_norm for "gap"; norm_before_pooling is timm's gap with fc_norm=False.
+        tokens = x
+        norm = keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, dtype=dtype, name="norm")
+        prefix_tokens = encoder.num_prefix_tokens
+        if norm_before_pooling:
+            x = TokenPooling(pooling, prefix_tokens, dtype=dtype, name="pooling")(norm(tokens))
+        else:
+            x = norm(TokenPooling(pooling, prefix_tokens, dtype=dtype, name="pooling")(tokens))
         if representation_size is not None:
             x = keras.layers.Dense(
                 representation_size,
@@ -158,7 +212,10 @@ class ViT(keras.Model):
                 dtype=dtype,
                 name="pre_logits",
             )(x)
-        if include_top:
+        if include_top and distillation_token:
+            distilled = norm(TokenPooling("distillation", dtype=dtype, name="distillation_pooling")(tokens))
+            x = _distilled_heads(x, distilled, num_classes, classifier_activation)
+        elif include_top:
             # float32 logits even under mixed precision, for a stable loss.
             x = keras.layers.Dense(
                 num_classes,
@@ -193,6 +250,10 @@ class ViT(keras.Model):
         self.class_names = class_names
         self.layer_scale = None if layer_scale is None else float(layer_scale)
         self.cls_position_embedding = bool(cls_position_embedding)
+        self.distillation_token = bool(distillation_token)
+        self.class_token = bool(class_token)
+        self.register_tokens = int(register_tokens)
+        self.norm_before_pooling = bool(norm_before_pooling)
 
     @property
     def blocks(self):
@@ -225,6 +286,10 @@ class ViT(keras.Model):
             "class_names": self.class_names,
             "layer_scale": self.layer_scale,
             "cls_position_embedding": self.cls_position_embedding,
+            "distillation_token": self.distillation_token,
+            "class_token": self.class_token,
+            "register_tokens": self.register_tokens,
+            "norm_before_pooling": self.norm_before_pooling,
         }
 
     @classmethod
@@ -278,8 +343,10 @@ def resize_model(model, image_size):
     resized = ViT.from_config(config)
     for source, target in zip(model.layers, resized.layers, strict=True):
         if isinstance(source, PatchEncoder):
-            target.projection.set_weights(source.projection.get_weights())
-            target.cls_token.assign(source.cls_token)
+            # The projection and the prefix tokens as they are; the grid's embeddings resampled.
+            for source_weight, target_weight in zip(source.weights, target.weights, strict=True):
+                if source_weight is not source.position_embedding:
+                    target_weight.assign(source_weight)
             target.position_embedding.assign(
                 resample_position_embeddings(
                     keras.ops.convert_to_numpy(source.position_embedding),

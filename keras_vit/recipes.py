@@ -8,7 +8,9 @@ PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
 # Where a run trains (keras_vit/distribute.py makes each one).
 STRATEGIES = ("auto", "mirrored", "multi-worker", "one-device")
 # Variables that get no weight decay (matched against variable paths).
-NO_DECAY = ["gamma", "beta", "bias", "cls_token", "position_embedding"]
+# As timm's no_weight_decay and its 1-d rule: norms, biases, prefix tokens, position
+# embeddings and LayerScale.
+NO_DECAY = ["gamma", "beta", "bias", "cls_token", "dist_token", "position_embedding", "ls1", "ls2"]
 
 # A run's data and seed when the user names none.
 DATASET = "cifar10-mini"

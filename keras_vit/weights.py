@@ -273,9 +273,15 @@ def _assign(model, encoder, state, source):
     targets = [
         ("patch_embed.proj.weight", encoder.projection.kernel, _patch_kernel),
         ("patch_embed.proj.bias", encoder.projection.bias, None),
-        ("cls_token", encoder.cls_token, None),
         ("pos_embed", encoder.position_embedding, None),
     ]
+    for key, present in (
+        ("cls_token", "class_token"),
+        ("dist_token", "distillation_token"),
+        ("reg_token", "register_tokens"),
+    ):
+        if getattr(encoder, present):
+            targets.append((key, getattr(encoder, key), None))
     for i, block in enumerate(model.blocks):
         p = f"blocks.{i}"
         targets += _norm(block.norm1, f"{p}.norm1")
@@ -296,8 +302,10 @@ def _assign(model, encoder, state, source):
         state = {k: v for k, v in state.items() if not k.startswith("pre_logits.")}
     if model.include_top:
         optional.append(("head", model.get_layer("head")))
+        if encoder.distillation_token:
+            optional.append(("head_dist", model.get_layer("head_dist")))
     else:
-        state = {k: v for k, v in state.items() if not k.startswith("head.")}
+        state = {k: v for k, v in state.items() if not k.startswith(("head.", "head_dist."))}
     for prefix, layer in optional:
         weight = state.get(f"{prefix}.weight")
         if weight is not None and weight.shape[0] == layer.kernel.shape[1]:
@@ -325,6 +333,8 @@ def _assign(model, encoder, state, source):
         hint = "Is it a plain ViT checkpoint of the same depth?"
         if any(k.endswith(".ls1.gamma") for k in unused):
             hint = "It has LayerScale (DeiT III): use a deit3_* config, or ViT(layer_scale=...)."
+        elif "dist_token" in unused:
+            hint = "It is a distilled DeiT: use a deit_*_distilled_* config, or ViT(distillation_token=True)."
         raise CheckpointMismatchError(
             f"{source} has {len(unused)} key(s) that this ViT has no place for, e.g. {unused[:5]}. {hint}"
         )

@@ -9,14 +9,14 @@ from keras_vit.attention import AttentionRollout, attention_scores, rollout
 from keras_vit.layers import TransformerBlock
 
 
-def _numpy_rollout(scores, grid, residual_weight=0.5):
+def _numpy_rollout(scores, grid, residual_weight=0.5, prefix=1):
     result = None
     for block in scores:
         mixed = np.asarray(block).mean(axis=1)
         mixed = (1 - residual_weight) * mixed + residual_weight * np.eye(mixed.shape[-1])
         mixed /= mixed.sum(-1, keepdims=True)
         result = mixed if result is None else mixed @ result
-    maps = result[:, 0, 1:].reshape(-1, *grid)
+    maps = result[:, 0, prefix:].reshape(-1, *grid)
     return maps / maps.max(axis=(1, 2), keepdims=True)
 
 
@@ -31,6 +31,31 @@ def test_rollout_matches_a_numpy_reference_and_probabilities_match_the_model(tin
     maps = np.asarray(outputs["attention"])
     assert maps.shape == (2, 8, 8) and np.allclose(maps.max(axis=(1, 2)), 1.0)
     np.testing.assert_allclose(maps, _numpy_rollout(scores, (8, 8)), atol=1e-5)
+
+
+def test_a_distilled_deit_maps_the_patches_past_both_prefix_tokens(tiny_config, images):
+    model = keras_vit.ViT(**tiny_config, distillation_token=True)
+    outputs = AttentionRollout(model)(images)
+    np.testing.assert_allclose(outputs["probabilities"], keras.ops.softmax(model(images)), atol=1e-6)
+    _, scores = attention_scores(model, images)
+    assert tuple(scores[0].shape) == (2, 4, 66, 66)  # [cls], distillation token, 64 patches
+    expected = _numpy_rollout(scores, (8, 8), prefix=2)
+    np.testing.assert_allclose(outputs["attention"], expected, atol=1e-5)
+
+
+def test_a_model_without_cls_follows_the_mean_of_its_patch_tokens(tiny_config, images):
+    model = keras_vit.ViT(**tiny_config, class_token=False, pooling="gap", register_tokens=2)
+    outputs = AttentionRollout(model)(images)
+    _, scores = attention_scores(model, images)
+    result = None
+    for block in scores:  # the numpy reference, followed from the patch rows
+        mixed = 0.5 * np.asarray(block).mean(axis=1) + 0.5 * np.eye(66)
+        mixed /= mixed.sum(-1, keepdims=True)
+        result = mixed if result is None else mixed @ result
+    expected = result[:, 2:, 2:].mean(axis=1).reshape(-1, 8, 8)
+    np.testing.assert_allclose(
+        outputs["attention"], expected / expected.max(axis=(1, 2), keepdims=True), atol=1e-5
+    )
 
 
 def test_one_block_with_pure_attention_is_that_blocks_cls_row():

@@ -118,6 +118,8 @@ def test_vit_base_patch16_224_has_timms_parameter_count():
         ("vit_mini_patch4_32", {"representation_size": 64, "image_size": 48}),
         ("vit_mini_patch4_32", {"include_top": False}),
         ("vit_mini_patch4_32", {"layer_scale": 1e-6, "cls_position_embedding": False}),
+        ("vit_mini_patch4_32", {"distillation_token": True, "num_classes": 10}),
+        ("vit_mini_patch4_32", {"class_token": False, "pooling": "gap", "register_tokens": 4}),
     ],
 )
 def test_analytic_parameter_count_equals_the_built_model(name, overrides):
@@ -126,12 +128,27 @@ def test_analytic_parameter_count_equals_the_built_model(name, overrides):
     assert keras_vit.parameter_count(name, **overrides) == model.count_params()
 
 
-@pytest.mark.parametrize("name", ["vit_tiny_patch16_224", "vit_small_patch32_224", "vit_mini_patch4_32"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "vit_tiny_patch16_224",
+        "vit_small_patch32_224",
+        "vit_mini_patch4_32",
+        "deit_tiny_distilled_patch16_224",
+        "deit3_small_patch16_224",
+        "vit_medium_patch16_reg4_gap_256",
+    ],
+)
 def test_forward_flops_equal_pytorchs_flop_counter_on_timm(name):
     torch = pytest.importorskip("torch")
+    timm = pytest.importorskip("timm")
     from torch.utils.flop_counter import FlopCounterMode
 
-    model = _timm_vit_on_meta(name)
+    if name in timm.list_models():
+        with torch.device("meta"):
+            model = timm.create_model(name, pretrained=False).eval()
+    else:
+        model = _timm_vit_on_meta(name)
     size = MODEL_CONFIGS[name]["image_size"]
     counter = FlopCounterMode(display=False)
     with torch.device("meta"), counter, torch.no_grad():
@@ -158,12 +175,25 @@ def test_keras_round_trip_gives_identical_outputs(tmp_path, tiny_config, images)
     np.testing.assert_allclose(to_numpy(restored(images)).sum(-1), 1.0, atol=1e-5)
 
 
-def test_a_deit3_style_model_survives_a_keras_round_trip(tmp_path, tiny_config, images):
-    model = keras_vit.ViT(**tiny_config, layer_scale=0.1, cls_position_embedding=False)
-    model.save(tmp_path / "deit3.keras")
-    restored = keras.models.load_model(tmp_path / "deit3.keras")
+@pytest.mark.parametrize(
+    "layout",
+    [
+        dict(layer_scale=0.1, cls_position_embedding=False),
+        dict(distillation_token=True),
+        dict(class_token=False, pooling="gap", register_tokens=4, norm_before_pooling=True),
+    ],
+)
+def test_deit_and_register_layouts_survive_a_keras_round_trip_and_a_resize(
+    tmp_path, tiny_config, images, layout
+):
+    model = keras_vit.ViT(**tiny_config, **layout)
+    model.save(tmp_path / "layout.keras")
+    restored = keras.models.load_model(tmp_path / "layout.keras")
     assert restored.get_config() == model.get_config()
-    assert restored.get_layer("patch_encoder").position_embedding.shape == (1, 64, 32)  # patches only
+    prefix = 0 if not model.cls_position_embedding else model.get_layer("patch_encoder").num_prefix_tokens
+    assert restored.get_layer("patch_encoder").position_embedding.shape == (1, 64 + prefix, 32)
+    resized = keras_vit.resize_model(model, image_size=32)  # same grid: the same model
+    np.testing.assert_allclose(to_numpy(resized(images)), to_numpy(model(images)), atol=1e-6)
     np.testing.assert_array_equal(to_numpy(restored(images)), to_numpy(model(images)))
 
 
@@ -223,8 +253,13 @@ def test_a_tiny_vit_learns_under_fit(tiny_config):
 
 @pytest.mark.parametrize(
     "layout",
-    [dict(pooling="gap", representation_size=16), dict(layer_scale=1e-6, cls_position_embedding=False)],
-    ids=["gap-pre-logits", "deit3"],
+    [
+        dict(pooling="gap", representation_size=16),
+        dict(layer_scale=1e-6, cls_position_embedding=False),
+        dict(distillation_token=True, classifier_activation="softmax"),
+        dict(class_token=False, pooling="gap", register_tokens=4, cls_position_embedding=False),
+    ],
+    ids=["gap-pre-logits", "deit3", "distilled", "registers-gap"],
 )
 def test_converts_to_tflite_with_builtin_ops_only(tmp_path, tiny_config, layout):
     """Guards the layers against ops that would need Flex (e.g. `x[:, None]`)."""

@@ -125,13 +125,15 @@ def test_evaluate_scores_the_run_on_its_own_validation_split(colors_dataset, tmp
 
 
 def test_weight_decay_skips_norms_biases_and_embeddings(colors_dataset, tmp_path):
-    config = _config(colors_dataset, tmp_path / "run", epochs=1).resolved()
+    # DeiT's distillation token and DeiT III's LayerScale too (timm's no_weight_decay and 1-d rule).
+    deit = dict(TINY_MODEL, distillation_token=True, layer_scale=1e-6)
+    config = _config(colors_dataset, tmp_path / "run", epochs=1, overrides=deit).resolved()
     classifier = build_model(config, 3, ["red", "green", "blue"])
     model = compile_training_model(config, classifier, total_steps=4, warmup_steps=1, execution_steps=1)
     optimizer = model.optimizer  # the one `train` compiles with
     decayed = {v.path for v in model.trainable_variables if optimizer._use_weight_decay(v)}
-    assert any("qkv/kernel" in p for p in decayed) and any("head/kernel" in p for p in decayed)
-    for excluded in ("gamma", "beta", "bias", "cls_token", "position_embedding"):
+    assert any("qkv/kernel" in p for p in decayed) and any("head_dist/kernel" in p for p in decayed)
+    for excluded in ("gamma", "beta", "bias", "cls_token", "dist_token", "position_embedding", "ls1", "ls2"):
         assert not any(excluded in p.rsplit("/", 1)[-1] for p in decayed), excluded
 
 

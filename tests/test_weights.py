@@ -150,6 +150,51 @@ def test_resized_position_embeddings_match_timms_resampling(tmp_path, record_par
     )
 
 
+def test_a_distilled_deit_gives_timms_logits_and_each_heads(tmp_path, record_parity):
+    from keras_vit.models import distilled_heads
+
+    reference = _timm_model("deit_tiny_distilled_patch16_224")
+    path = _save_safetensors(reference, tmp_path / "distilled.safetensors")
+    model = keras_vit.load_weights(keras_vit.create_model("deit_tiny_distilled_patch16_224"), path)
+    images = _images(224)
+    difference = _max_diff(model(images), _timm_logits(reference, images))  # timm: both heads' mean
+    name = "deit_tiny_distilled_patch16_224 .safetensors vs timm, logits"
+    assert record_parity(name, difference, PARITY_TOLERANCE) <= PARITY_TOLERANCE
+    heads = distilled_heads(model)(images)
+    with torch.no_grad():
+        tokens = reference.forward_features(torch.from_numpy(images).permute(0, 3, 1, 2))
+        expected = {"head": reference.head(tokens[:, 0]), "head_dist": reference.head_dist(tokens[:, 1])}
+    for head in ("head", "head_dist"):
+        assert _max_diff(heads[head], expected[head].numpy()) <= PARITY_TOLERANCE
+
+
+@pytest.mark.parametrize(
+    "name, size",
+    [
+        ("vit_base_patch16_gap_224", 224),  # no [cls]: LayerNorm, then the patch mean
+        ("vit_medium_patch16_reg4_gap_256", 256),  # registers, LayerScale, patch mean, fc_norm
+        ("vit_small_patch14_reg4_dinov2", 518),  # [cls] and registers, LayerScale
+    ],
+)
+def test_register_and_gap_checkpoints_give_timms_logits(name, size, tmp_path, record_parity):
+    reference = _timm_model(name, num_classes=10)
+    with torch.no_grad():  # trained-like LayerScale, where the model has it
+        for block in reference.blocks:
+            for scale in (block.ls1, block.ls2):
+                if hasattr(scale, "gamma"):
+                    scale.gamma.uniform_(0.5, 1.5)
+    path = _save_safetensors(reference, tmp_path / "model.safetensors")
+    model = keras_vit.load_weights(keras_vit.create_model(name, num_classes=10), path)
+    images = _images(size, batch=1)
+    expected = _timm_logits(reference, images)
+    assert np.abs(expected).max() > 0.1
+    difference = _max_diff(model(images), expected)
+    assert (
+        record_parity(f"{name} .safetensors vs timm, logits", difference, PARITY_TOLERANCE)
+        <= PARITY_TOLERANCE
+    )
+
+
 def test_layer_scale_and_patch_only_position_embeddings_match_timm_also_resized(
     tmp_path, tiny_config, images
 ):
