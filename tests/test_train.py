@@ -144,8 +144,13 @@ def test_a_finished_run_folder_is_not_overwritten(colors_dataset, tmp_path):
 
 
 def test_an_unfinished_run_resumes_only_with_its_own_classes_and_input(colors_dataset, tmp_path):
-    train(_config(colors_dataset, tmp_path / "run", epochs=1))
-    (tmp_path / "run" / "history.json").unlink()  # as if killed before its end
+    from keras_vit.run_folder import RunFolder
+    from keras_vit.train import _write_run_description
+
+    # A run on the colours that was killed: what train writes first, before any step.
+    (tmp_path / "run").mkdir()
+    config = _config(colors_dataset, tmp_path / "run", epochs=1).resolved()
+    _write_run_description(RunFolder(tmp_path / "run"), ["blue", "green", "red"], config)
     with pytest.raises(ValueError, match=r"holds a run on the classes \['blue', 'green', 'red'\]"):
         train(_config("cifar10-mini", tmp_path / "run", epochs=1))
     with pytest.raises(ValueError, match=r"other input settings \(image_size\)"):

@@ -171,20 +171,21 @@ def test_a_distilled_deit_gives_timms_logits_and_each_heads(tmp_path, record_par
 @pytest.mark.parametrize(
     "name, size",
     [
-        ("vit_base_patch16_gap_224", 224),  # no [cls]: LayerNorm, then the patch mean
-        ("vit_medium_patch16_reg4_gap_256", 256),  # registers, LayerScale, patch mean, fc_norm
-        ("vit_small_patch14_reg4_dinov2", 518),  # [cls] and registers, LayerScale
+        ("vit_base_patch16_gap_224", 64),  # no [cls]: LayerNorm, then the patch mean
+        ("vit_medium_patch16_reg4_gap_256", 64),  # registers, LayerScale, patch mean, fc_norm
+        ("vit_small_patch14_reg4_dinov2", 56),  # [cls] and registers, LayerScale
     ],
 )
 def test_register_and_gap_checkpoints_give_timms_logits(name, size, tmp_path, record_parity):
-    reference = _timm_model(name, num_classes=10)
+    """Each layout at a small image size (a few tokens keep the suite fast on 2 cores)."""
+    reference = _timm_model(name, num_classes=10, img_size=size)
     with torch.no_grad():  # trained-like LayerScale, where the model has it
         for block in reference.blocks:
             for scale in (block.ls1, block.ls2):
                 if hasattr(scale, "gamma"):
                     scale.gamma.uniform_(0.5, 1.5)
     path = _save_safetensors(reference, tmp_path / "model.safetensors")
-    model = keras_vit.load_weights(keras_vit.create_model(name, num_classes=10), path)
+    model = keras_vit.load_weights(keras_vit.create_model(name, num_classes=10, image_size=size), path)
     images = _images(size, batch=1)
     expected = _timm_logits(reference, images)
     assert np.abs(expected).max() > 0.1
