@@ -46,7 +46,9 @@ def intermediates(
         model: a `keras_vit.ViT` (any pooling or head; only the encoder runs).
         images: `(batch, height, width, channels)` at the model's size, as the model takes them.
         indices: see `block_indices`.
-        norm: pass each through the model's final LayerNorm (timm's `norm=True`).
+        norm: pass each through the model's final per-token LayerNorm (timm's `norm=True`);
+            a model whose LayerNorm follows a `"gap"` pooling (timm's `fc_norm`) has none,
+            and its features stay as they are, as in timm.
         output: `"grid"`: `(batch, rows, columns, width)`; `"tokens"`: `(batch, patches, width)`.
         stop_early: run no block after the last one asked for.
         prefix_tokens: also return each block's [cls] token, `(batch, 1, width)`.
@@ -71,7 +73,7 @@ def intermediates(
     for i, block in enumerate(blocks[: last + 1]):
         x = block(x, training=False)
         if i in take:
-            collected[i] = model.get_layer("norm")(x) if norm else x
+            collected[i] = model.get_layer("norm")(x) if norm and _norms_tokens(model) else x
     results = []
     for i in take:
         tokens = collected[i]
@@ -89,6 +91,11 @@ def features_model(model, indices=None, norm=False, output="grid"):
     features = intermediates(model, images, take, norm=norm, output=output)
     outputs = {f"block_{i}": f for i, f in zip(take, features, strict=True)}
     return keras.Model(images, outputs, name=f"{model.name}_features")
+
+
+def _norms_tokens(model):
+    """Whether the model's final LayerNorm acts on every token (timm's `norm`, not `fc_norm`)."""
+    return getattr(model, "pooling", "token") == "token" or getattr(model, "norm_before_pooling", False)
 
 
 def _blocks(model):

@@ -79,3 +79,24 @@ def test_the_features_model_exports_as_a_saved_model_with_the_same_outputs(pair,
     assert sorted(outputs) == ["block_1", "block_3"]
     for name, value in outputs.items():
         np.testing.assert_allclose(value.numpy(), np.asarray(expected[name]), atol=1e-5)
+
+
+def test_a_gap_model_without_cls_has_no_per_token_norm_as_in_timm(tmp_path):
+    """timm's norm=True is its per-token `norm`, an Identity where the LayerNorm follows the mean."""
+    torch.manual_seed(4)
+    reference = VisionTransformer(
+        img_size=32, patch_size=4, embed_dim=32, depth=2, num_heads=4, mlp_ratio=2, num_classes=10,
+        global_pool="avg", class_token=False,
+    ).eval()  # fmt: skip
+    path = tmp_path / "gap.safetensors"
+    safetensors_torch.save_file({k: v.contiguous() for k, v in reference.state_dict().items()}, str(path))
+    model = keras_vit.ViT(
+        image_size=32, patch_size=4, hidden_dim=32, depth=2, num_heads=4, mlp_dim=64, num_classes=10,
+        pooling="gap", class_token=False,
+    )  # fmt: skip
+    keras_vit.load_weights(model, path)
+    images = np.random.default_rng(1).normal(size=(2, 32, 32, 3)).astype("float32")
+    ours = intermediates(model, images, indices=[0, 1], norm=True)
+    theirs = _timm(reference, images, indices=[0, 1], norm=True)
+    for grid, expected in zip(ours, theirs, strict=True):
+        np.testing.assert_allclose(np.asarray(grid), expected.permute(0, 2, 3, 1).numpy(), atol=TOLERANCE)
