@@ -16,7 +16,7 @@ from keras import ops
 from keras_vit.layers import PatchEncoder, TransformerBlock
 
 
-def attention_scores(model, images):
+def attention_scores(model, images, head=None):
     """Runs `model` on `images` and returns `(outputs, scores)`.
 
     `scores` holds each block's attention weights, `(batch, heads, tokens,
@@ -39,8 +39,15 @@ def attention_scores(model, images):
             scores.append(block_scores)
         else:
             x = layer(x, training=False)
-    head = keras.Model(blocks[-1].output, model.output, name=f"{model.name}_head")
+    head = head or head_model(model)
     return head(x, training=False), scores
+
+
+def head_model(model):
+    """The layers after a ViT's last block (pooling, norm, the head or DeiT's two heads) as
+    one Keras model; `attention_scores(..., head=)` takes it to skip rebuilding it per call."""
+    blocks = [layer for layer in model.layers if isinstance(layer, TransformerBlock)]
+    return keras.Model(blocks[-1].output, model.output, name=f"{model.name}_head")
 
 
 def rollout(scores, grid_size, num_prefix_tokens=1, residual_weight=0.5, from_cls=True):
@@ -90,9 +97,10 @@ class AttentionRollout:
         self.from_cls = encoders[0].class_token
         self.outputs_probabilities = getattr(model, "classifier_activation", None) == "softmax"
         self.model = model
+        self.head = head_model(model)
 
     def __call__(self, images):
-        outputs, scores = attention_scores(self.model, images)
+        outputs, scores = attention_scores(self.model, images, head=self.head)
         outputs = ops.cast(outputs, "float32")
         return {
             "probabilities": outputs if self.outputs_probabilities else ops.softmax(outputs, axis=-1),

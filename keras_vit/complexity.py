@@ -44,15 +44,11 @@ def _num_patches(arch):
 
 def _prefix_tokens(arch):
     """[cls], DeiT's distillation token, the registers."""
-    return (
-        int(arch.get("class_token", True))
-        + int(bool(arch.get("distillation_token")))
-        + int(arch.get("register_tokens", 0))
-    )
+    return int(arch["class_token"]) + int(arch["distillation_token"]) + arch["register_tokens"]
 
 
 def _heads(arch):
-    return 2 if arch.get("distillation_token") else 1
+    return 2 if arch["distillation_token"] else 1
 
 
 def parameter_count(model_or_name, **overrides):
@@ -60,10 +56,10 @@ def parameter_count(model_or_name, **overrides):
     a = _architecture(model_or_name, overrides)
     d, m, p, c = a["hidden_dim"], a["mlp_dim"], a["patch_size"], a["channels"]
     prefix = _prefix_tokens(a)
-    position_tokens = _num_patches(a) + (prefix if a.get("cls_position_embedding", True) else 0)
+    position_tokens = _num_patches(a) + (prefix if a["cls_position_embedding"] else 0)
     embed = p * p * c * d + d + prefix * d + position_tokens * d
     block = 2 * 2 * d + (d * 3 * d + 3 * d) + (d * d + d) + (d * m + m) + (m * d + d)
-    if a.get("layer_scale") is not None:
+    if a["layer_scale"] is not None:
         block += 2 * d
     total = embed + a["depth"] * block + 2 * d
     features = d

@@ -47,12 +47,7 @@ class ExportFolder:
 
     def dataset_spec(self):
         """The dataset and held-out split the exports were verified on."""
-        defaults = DatasetSpec()
-        return DatasetSpec(
-            name=self.manifest.get("dataset"),
-            validation_split=self.manifest.get("validation_split", defaults.validation_split),
-            seed=self.manifest.get("seed", defaults.seed),
-        )
+        return DatasetSpec.from_record(self.manifest)
 
     def exports(self):
         """`{kind: path}` for every export: `saved_model`, `tflite_<variant>`, `onnx`."""

@@ -44,6 +44,17 @@ class DatasetSpec:
     validation_split: float = DEFAULTS["validation_split"]
     seed: int = SEED
 
+    @classmethod
+    def from_record(cls, record):
+        """The spec a run's settings or an export's manifest recorded (keys `dataset`,
+        `validation_split`, `seed`); what is missing takes the defaults."""
+        defaults = cls()
+        return cls(
+            name=record.get("dataset"),
+            validation_split=record.get("validation_split", defaults.validation_split),
+            seed=record.get("seed", defaults.seed),
+        )
+
     def with_name(self, name):
         """This spec on dataset `name` instead, when one is given (a flag wins over the run)."""
         return self if name is None else dataclasses.replace(self, name=os.fspath(name))
@@ -110,10 +121,4 @@ class RunFolder:
 
     def dataset_spec(self):
         """The run's `DatasetSpec`; an unknown dataset outside a finished run."""
-        settings = self.settings()
-        defaults = DatasetSpec()
-        return DatasetSpec(
-            name=settings.get("dataset"),
-            validation_split=settings.get("validation_split", defaults.validation_split),
-            seed=settings.get("seed", defaults.seed),
-        )
+        return DatasetSpec.from_record(self.settings())
