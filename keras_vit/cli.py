@@ -254,6 +254,18 @@ def _add_train_arguments(parser):
     add("--jit-compile", action=argparse.BooleanOptionalAction, help="XLA (default on)")
     add("--strategy", choices=STRATEGIES, help="auto: all GPUs mirrored, else one device")
     add("--weights", help="pretrained weights to start from (.safetensors, .pth, .bin, .npz)")
+    add(
+        "--teacher",
+        help="DeiT distillation: any model file `keras-vit predict` runs, trained on the same classes; "
+        "the student (a deit_*_distilled_* model, or --override distillation_token=true) learns its "
+        "top class through the distillation token",
+    )
+    add(
+        "--distillation-weight",
+        type=float,
+        metavar="W",
+        help="the distillation head's share of the loss with --teacher (default 0.5)",
+    )
     add("--freeze-backbone", action="store_true", default=None, help="train the head only (linear probe)")
     add("--seed", type=int)
     add("--backup-every-steps", type=int, help="mid-epoch backup interval for resuming (default 100)")

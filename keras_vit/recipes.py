@@ -31,6 +31,7 @@ DEFAULTS = dict(
     repeated_augmentation=1,
     ema=0.0,
     layer_decay=1.0,
+    distillation_weight=0.5,  # DeiT's hard distillation
     precision="float32",
 )
 

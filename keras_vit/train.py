@@ -45,6 +45,7 @@ from keras_vit.run_folder import (
     TENSORBOARD_FOLDER,
     RunFolder,
 )
+from keras_vit.teacher import open_teacher
 from keras_vit.training_model import TrainingModel
 from keras_vit.weights import load_weights
 
@@ -161,12 +162,17 @@ def _augmentation(config):
     )
 
 
-def compile_training_model(config, classifier, total_steps, warmup_steps, execution_steps):
-    """The classifier wrapped with its augmentation (a `TrainingModel`), compiled with the
-    recipe of a resolved `config` (`config.resolved()`); build it inside the strategy's scope."""
+def compile_training_model(config, classifier, total_steps, warmup_steps, execution_steps, teacher=None):
+    """The classifier wrapped with its augmentation (a `TrainingModel`, with its `teacher` when
+    distilling), compiled with the recipe of a resolved `config` (`config.resolved()`); build it
+    inside the strategy's scope."""
     on_tensorflow = keras.backend.backend() == "tensorflow"
     model = TrainingModel(
-        classifier, _augmentation(config), xla_classifier=config.jit_compile and on_tensorflow
+        classifier,
+        _augmentation(config),
+        xla_classifier=config.jit_compile and on_tensorflow,
+        teacher=teacher,
+        distillation_weight=config.distillation_weight,
     )
     num_classes = classifier.num_classes
     model.compile(
@@ -229,9 +235,11 @@ def train(config, progress_bar=None):
     schedule = _schedule(config, run_data, where)
     with where.scope():
         classifier = build_model(config, len(run_data.class_names), run_data.class_names)
+        teacher = open_teacher(config.teacher, run_data.class_names) if config.teacher else None
         model = compile_training_model(
-            config, classifier, schedule.total_steps, schedule.warmup_steps, schedule.steps_per_call
+            config, classifier, schedule.total_steps, schedule.warmup_steps, schedule.steps_per_call, teacher
         )
+    teacher_cost = _teacher_cost(teacher, run_data, config) if teacher else None
     os.makedirs(run.path, exist_ok=True)
     if where.chief:
         _write_run_description(run, run_data.class_names, config)
@@ -248,8 +256,30 @@ def train(config, progress_bar=None):
         shuffle=False,  # the pipeline shuffles, with the run's seed
         verbose=keras_verbosity(progress_bar, sys.stdout),
     )
-    summary = _write_results(run, config, model, fit, best, schedule, chief=where.chief)
+    summary = _write_results(run, config, model, fit, best, schedule, where.chief, teacher_cost)
     return TrainingRun(model=classifier, training_model=model, summary=summary)
+
+
+def _teacher_cost(teacher, run_data, config):
+    """What the teacher costs: its time for one training batch, measured alone before training."""
+    images = next(iter(run_data.train))["images"]
+    seconds = teacher.seconds_per_batch(keras.ops.convert_to_numpy(images))
+    cost = {
+        "path": teacher.path,
+        "kind": teacher.kind,
+        "seconds_per_batch": seconds,
+        "images_per_second": config.batch_size / seconds,
+    }
+    logger.info(
+        "Teacher %s (%s): %.4f s for a batch of %d alone (%.0f images/s); it runs once per training "
+        "step and once per validation batch.",
+        teacher.path,
+        teacher.kind,
+        seconds,
+        config.batch_size,
+        cost["images_per_second"],
+    )
+    return cost
 
 
 def _preprocessing(config):
@@ -324,8 +354,9 @@ def _log_start(config, run_data, schedule):
     )
 
 
-def _write_results(run, config, model, fit, best, schedule, chief):
-    """history.json and training.png (and model.keras when nothing was validated); the summary."""
+def _write_results(run, config, model, fit, best, schedule, chief, teacher_cost=None):
+    """history.json and training.png (and model.keras when nothing was validated); the summary.
+    With a teacher, `teacher` says what it cost, and its share of the last epoch's training time."""
     history = _merged_history(run.file(LOG_FILE), fit.history)
     if best.best_epoch is None and chief:  # no validation split: keep the last model
         atomic_write(run.model_file, saved_model_of(model).save)
@@ -338,6 +369,12 @@ def _write_results(run, config, model, fit, best, schedule, chief):
         "best_val_accuracy": None if best.best_epoch is None else best.best,
         "history": history,
     }
+    if teacher_cost:
+        step_seconds = config.batch_size / history["images_per_second"][-1]
+        summary["teacher"] = {
+            **teacher_cost,
+            "share_of_step": min(1.0, teacher_cost["seconds_per_batch"] / step_seconds),
+        }
     if chief:
         write_json(run.file(HISTORY_FILE), summary)
         plots.training_curves(history, run.file(CURVES_FILE))

@@ -6,6 +6,7 @@ the user left unset from the preset (`recipes.PRESETS`), else from
 """
 
 import dataclasses
+import os
 
 from keras_vit import configs
 from keras_vit.recipes import DATASET, DEFAULTS, PRECISIONS, PRESETS, SEED, STRATEGIES
@@ -48,6 +49,8 @@ class TrainConfig:
     jit_compile: bool = True
     strategy: str = "auto"
     weights: str | None = None
+    teacher: str | None = None  # a model file whose top class the distillation head learns (DeiT)
+    distillation_weight: float | None = None  # the distillation head's share of the loss
     freeze_backbone: bool = False
     image_mean: tuple = (0.5, 0.5, 0.5)
     image_std: tuple = (0.5, 0.5, 0.5)
@@ -75,6 +78,17 @@ class TrainConfig:
             raise ValueError(f"random_erasing is a probability in [0, 1], got {self.random_erasing}.")
         if not 0 < self.layer_decay <= 1:
             raise ValueError(f"layer_decay is a factor in (0, 1] (1 is off), got {self.layer_decay}.")
+        if not 0 <= self.distillation_weight <= 1:
+            raise ValueError(f"distillation_weight is in [0, 1], got {self.distillation_weight}.")
+        if self.teacher and not os.path.exists(self.teacher):
+            raise FileNotFoundError(f"Teacher not found: {self.teacher} (--teacher takes a model file).")
+        if self.teacher and not {**configs.get_model_config(self.model), **self.overrides}.get(
+            "distillation_token"
+        ):
+            raise ValueError(
+                f"--teacher trains a distilled student, and {self.model} has no distillation token: "
+                f"use a deit_*_distilled_* model or --override distillation_token=true."
+            )
         if not 0 <= self.ema < 1:
             raise ValueError(f"ema is a momentum in [0, 1) (0 is off), got {self.ema}.")
         if not 0 < self.crop_min_scale <= 1:

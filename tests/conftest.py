@@ -79,6 +79,50 @@ def colors_dataset(tmp_path_factory):
     return str(root)
 
 
+# colors_dataset's classes (sorted folder names), and the class colour_teacher gives each
+# dominant channel: never the true one (red -> green, green -> blue, blue -> red).
+COLOR_CLASSES = ["blue", "green", "red"]
+TEACHER_CLASS_OF_CHANNEL = {0: 1, 1: 0, 2: 2}
+
+
+@pytest.fixture(scope="session")
+def colour_teacher(tmp_path_factory):
+    """A `.keras` teacher for colors_dataset that is wrong on every image, set by hand: a GAP ViT
+    whose blocks are identities (zero outputs) and whose patch embedding is each patch's mean
+    colour, with a head that maps each colour to another class. A student that learns its labels
+    learns something the true labels cannot teach."""
+    from keras_vit import ViT
+
+    model = ViT(
+        image_size=32, patch_size=8, hidden_dim=8, depth=1, num_heads=2, mlp_dim=8, class_token=False,
+        pooling="gap", num_classes=3, class_names=COLOR_CLASSES, image_mean=[0, 0, 0], image_std=[1, 1, 1],
+        name="colour_teacher",
+    )  # fmt: skip
+    values = {w.path: np.zeros(w.shape, "float32") for w in model.weights}
+    values["norm/gamma"][:] = 1
+    for channel, teacher_class in TEACHER_CLASS_OF_CHANNEL.items():
+        values["patch_encoder/projection/kernel"][:, :, channel, channel] = 1 / 64  # the mean
+        values["head/kernel"][channel, teacher_class] = 1
+    for weight in model.weights:
+        weight.assign(values[weight.path])
+    path = tmp_path_factory.mktemp("teacher") / "colour_teacher.keras"
+    model.save(path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def colour_teacher_tflite(colour_teacher, tmp_path_factory):
+    """colour_teacher exported as an fp32 `.tflite` (with its labels in the metadata)."""
+    from keras_vit.export.exporter import export_model
+    from keras_vit.export_folder import tflite_file
+
+    manifest = export_model(
+        colour_teacher, output=str(tmp_path_factory.mktemp("teacher_export")), formats=("tflite",),
+        quantize=(), verify=False,
+    )  # fmt: skip
+    return os.path.join(manifest["folder"], tflite_file("fp32"))
+
+
 @pytest.fixture(scope="session")
 def kill_after_two_epochs():
     """Starts a `keras-vit train` command and SIGKILLs it once its log holds two epochs."""

@@ -85,19 +85,24 @@ import json, sys
 from keras_vit.train import train
 from keras_vit.train_config import TrainConfig
 run = train(TrainConfig(**json.loads(sys.argv[1])))
-print(json.dumps({"loss": run.summary["history"]["loss"], "devices": __import__("jax").device_count()}))
+print(json.dumps({"loss": run.summary["history"]["loss"], "devices": __import__("jax").device_count(),
+                  "teacher": run.summary["teacher"]["kind"]}))
 """
 
 
-def test_data_parallel_over_two_devices_matches_one_device(colors_dataset, tmp_path):
+def test_data_parallel_over_two_devices_matches_one_device_even_distilling_from_a_tflite(
+    colors_dataset, colour_teacher_tflite, tmp_path
+):
     """`--strategy mirrored` on JAX splits the global batch of 8 over two CPU devices
-    (keras.distribution.DataParallel): the losses equal one device's to 1e-4."""
+    (keras.distribution.DataParallel): the losses equal one device's to 1e-4. The student is
+    distilled from a `.tflite` teacher, the hardest case: a host callback (jax.pure_callback)
+    inside the sharded, compiled step."""
     losses = {}
     for strategy in ("one-device", "mirrored"):
         config = dict(
             dataset=colors_dataset, output=str(tmp_path / strategy), epochs=2, batch_size=8,
-            validation_split=0.25, overrides=TINY_MODEL, crop="none", drop_path_rate=0.0,
-            strategy=strategy, clipnorm=0.05,
+            validation_split=0.25, overrides={**TINY_MODEL, "distillation_token": True}, crop="none",
+            drop_path_rate=0.0, strategy=strategy, clipnorm=0.05, teacher=colour_teacher_tflite,
         )  # fmt: skip
         result = subprocess.run(
             [sys.executable, "-c", DATA_PARALLEL, json.dumps(config)],
@@ -106,7 +111,7 @@ def test_data_parallel_over_two_devices_matches_one_device(colors_dataset, tmp_p
         )  # fmt: skip
         assert result.returncode == 0, result.stderr[-3000:]
         report = json.loads(result.stdout.strip().splitlines()[-1])
-        assert report["devices"] == 2
+        assert report["devices"] == 2 and report["teacher"] == "tflite"
         losses[strategy] = report["loss"]
     np.testing.assert_allclose(losses["mirrored"], losses["one-device"], rtol=1e-4)
 
