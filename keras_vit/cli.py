@@ -253,7 +253,11 @@ def _add_train_arguments(parser):
     add("--precision", choices=PRECISIONS)
     add("--jit-compile", action=argparse.BooleanOptionalAction, help="XLA (default on)")
     add("--strategy", choices=STRATEGIES, help="auto: all GPUs mirrored, else one device")
-    add("--weights", help="pretrained weights to start from (.safetensors, .pth, .bin, .npz)")
+    add(
+        "--weights",
+        help="pretrained weights to start from: a timm/Hugging Face (.safetensors, .pth, .bin) or Google "
+        "(.npz) checkpoint, or another run's model (.keras or run folder)",
+    )
     add(
         "--teacher",
         help="DeiT distillation: any model file `keras-vit predict` runs, trained on the same classes; "

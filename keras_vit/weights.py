@@ -11,6 +11,7 @@ import logging
 import os
 import re
 
+import keras
 import numpy as np
 
 from keras_vit.layers import PatchEncoder
@@ -30,11 +31,13 @@ def load_weights(model, path):
     """Loads pretrained weights into a `keras_vit.ViT`.
 
     Reads timm state dicts and Hugging Face transformers ViT checkpoints
-    (`.safetensors`, `.pth`, `.pt`, `.bin`; float32, float16 or bfloat16)
-    and the original Google ViT and AugReg `.npz` checkpoints.
-    Position embeddings are resampled when the model's patch grid differs
-    from the checkpoint's; the classifier is loaded when the class counts
-    match and left freshly initialised otherwise.
+    (`.safetensors`, `.pth`, `.pt`, `.bin`; float32, float16 or bfloat16),
+    the original Google ViT and AugReg `.npz` checkpoints, and keras-vit's own
+    trained models (a `.keras` file or run folder: fine-tune one run's model on
+    another dataset). Position embeddings are resampled when the model's patch
+    grid differs from the checkpoint's; the classifier is loaded when the class
+    counts match (for a keras-vit model, when the class names match too) and
+    left freshly initialised otherwise.
 
     Args:
         model: a `keras_vit.ViT`, e.g. from `keras_vit.create_model`.
@@ -50,9 +53,36 @@ def load_weights(model, path):
             message names the key and both shapes.
     """
     encoder = _patch_encoder(model)
-    state = read_checkpoint(path)
+    if _is_keras_model_file(path):
+        state = _read_keras_model(path, class_names=getattr(model, "class_names", None))
+    else:
+        state = read_checkpoint(path)
     _assign(model, encoder, state, source=os.fspath(path))
     return model
+
+
+def _is_keras_model_file(path):
+    from keras_vit.run_folder import MODEL_FILE
+
+    path = os.fspath(path)
+    return path.endswith(".keras") or os.path.exists(os.path.join(path, MODEL_FILE))
+
+
+def _read_keras_model(path, class_names):
+    """A keras-vit `.keras` file or run folder as a state dict; without its head(s) when it was
+    trained on other classes than `class_names` (a head of the same size would mean nothing)."""
+    from keras_vit.saving import load_trained_model
+
+    source = load_trained_model(path)
+    try:
+        state = state_dict(source)
+    except TypeError:
+        raise ValueError(f"{path} is a Keras model but not a keras_vit.ViT: no weights to use.") from None
+    source_classes = getattr(source, "class_names", None)
+    if class_names and source_classes and list(source_classes) != list(class_names):
+        logger.info("%s was trained on other classes: its head is not loaded.", path)
+        state = {k: v for k, v in state.items() if not k.startswith(("head.", "head_dist."))}
+    return state
 
 
 def read_checkpoint(path):
@@ -266,10 +296,9 @@ def _patch_encoder(model):
     return encoder
 
 
-def _assign(model, encoder, state, source):
-    state = dict(state)
-    final_norm = "fc_norm" if "fc_norm.weight" in state and "norm.weight" not in state else "norm"
-
+def _targets(model, encoder, final_norm="norm"):
+    """(timm key, Keras variable, PyTorch-to-Keras layout) for every layer but the optional
+    pre-logits and head(s)."""
     targets = [
         ("patch_embed.proj.weight", encoder.projection.kernel, _patch_kernel),
         ("patch_embed.proj.bias", encoder.projection.bias, None),
@@ -292,19 +321,49 @@ def _assign(model, encoder, state, source):
         targets += _linear(block.fc2, f"{p}.mlp.fc2")
         if block.layer_scale is not None:
             targets += [(f"{p}.ls1.gamma", block.ls1, None), (f"{p}.ls2.gamma", block.ls2, None)]
-    targets += _norm(model.get_layer("norm"), final_norm)
+    return targets + _norm(model.get_layer("norm"), final_norm)
 
-    optional = []  # layers kept freshly initialised when the checkpoint has none that fits
+
+def _optional_layers(model, encoder):
+    """(timm prefix, Dense layer) of the layers a checkpoint may lack: pre-logits and head(s)."""
+    optional = []
     if model.representation_size is not None:
         optional.append(("pre_logits.fc", model.get_layer("pre_logits")))
-    elif any(k.startswith("pre_logits.") for k in state):
-        logger.warning("%s: ignoring the checkpoint's pre-logits layer; the model has none.", source)
-        state = {k: v for k, v in state.items() if not k.startswith("pre_logits.")}
     if model.include_top:
         optional.append(("head", model.get_layer("head")))
         if encoder.distillation_token:
             optional.append(("head_dist", model.get_layer("head_dist")))
-    else:
+    return optional
+
+
+_TO_TORCH = {np.transpose: np.transpose, _patch_kernel: lambda w: w.transpose(3, 2, 0, 1)}
+
+
+def state_dict(model):
+    """A `keras_vit.ViT`'s weights as timm's state dict (NumPy arrays, PyTorch layouts): save it
+    with `safetensors.numpy.save_file` for timm, or load it into another ViT (`load_weights`)."""
+    encoder = _patch_encoder(model)
+    targets = _targets(model, encoder)
+    for prefix, layer in _optional_layers(model, encoder):
+        targets += _linear(layer, prefix)
+    state = {}
+    for key, variable, to_keras in targets:
+        value = np.asarray(keras.ops.convert_to_numpy(variable), dtype=np.float32)
+        state[key] = _TO_TORCH[to_keras](value) if to_keras is not None else value
+    return state
+
+
+def _assign(model, encoder, state, source):
+    state = dict(state)
+    final_norm = "fc_norm" if "fc_norm.weight" in state and "norm.weight" not in state else "norm"
+    targets = _targets(model, encoder, final_norm)
+
+    # Layers kept freshly initialised when the checkpoint has none that fits.
+    optional = _optional_layers(model, encoder)
+    if model.representation_size is None and any(k.startswith("pre_logits.") for k in state):
+        logger.warning("%s: ignoring the checkpoint's pre-logits layer; the model has none.", source)
+        state = {k: v for k, v in state.items() if not k.startswith("pre_logits.")}
+    if not model.include_top:
         state = {k: v for k, v in state.items() if not k.startswith(("head.", "head_dist."))}
     for prefix, layer in optional:
         weight = state.get(f"{prefix}.weight")

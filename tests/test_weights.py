@@ -358,3 +358,44 @@ def test_half_precision_safetensors_load_exactly(tmp_path, tiny_config, images, 
     with torch.no_grad():
         logits = reference.float()(torch.from_numpy(images).permute(0, 3, 1, 2)).numpy()
     assert _max_diff(model(images), logits) <= PARITY_TOLERANCE
+
+
+def test_state_dict_gives_back_timms_state_dict_exactly(tmp_path):
+    """Keras -> timm: every key timm has, with its values, for a distilled DeiT (both heads)."""
+    from keras_vit.weights import state_dict
+
+    reference = _timm_model("deit_tiny_distilled_patch16_224", img_size=64)
+    path = _save_safetensors(reference, tmp_path / "distilled.safetensors")
+    model = keras_vit.load_weights(
+        keras_vit.create_model("deit_tiny_distilled_patch16_224", image_size=64), path
+    )
+    expected = {k: v.numpy() for k, v in reference.state_dict().items()}
+    state = state_dict(model)
+    assert set(state) == set(expected)
+    for key, value in expected.items():
+        np.testing.assert_array_equal(state[key], value, err_msg=key)
+
+
+def test_another_runs_model_starts_a_fine_tune_at_a_new_size_with_its_head_only_for_the_same_classes(
+    tmp_path, caplog
+):
+    """`--weights run/model.keras`: the backbone carries over (position embeddings resampled to
+    the new grid); the head only when the class names are the same."""
+    tiny = dict(patch_size=4, hidden_dim=32, depth=2, num_heads=4, mlp_dim=64, num_classes=3)
+    source = keras_vit.ViT(**tiny, image_size=32, class_names=["cat", "dog", "frog"])
+    source.save(tmp_path / "model.keras")
+    for classes, head_loaded in ((["cat", "dog", "frog"], True), (["ant", "bee", "fly"], False)):
+        model = keras_vit.ViT(**tiny, image_size=48, class_names=classes)
+        head_before = to_numpy(model.get_layer("head").kernel).copy()
+        with caplog.at_level(logging.INFO, logger="keras_vit.weights"):
+            keras_vit.load_weights(model, tmp_path)  # the run folder: its model.keras
+        for layer in ("block_1", "norm"):
+            for got, want in zip(
+                model.get_layer(layer).weights, source.get_layer(layer).weights, strict=True
+            ):
+                np.testing.assert_array_equal(to_numpy(got), to_numpy(want))
+        assert model.get_layer("patch_encoder").position_embedding.shape == (1, 145, 32)
+        head = to_numpy(model.get_layer("head").kernel)
+        expected = to_numpy(source.get_layer("head").kernel) if head_loaded else head_before
+        np.testing.assert_array_equal(head, expected)
+    assert "trained on other classes: its head is not loaded" in caplog.text
