@@ -33,7 +33,7 @@ def _memory_mb(field):
     raise RuntimeError(f"/proc/self/status has no {field}")
 
 
-def measure(image_size, batch_size, steps):
+def measure(image_size, batch_size, steps, architecture=ARCHITECTURE):
     """Runs in a fresh process: step seconds and peak memory for one image size."""
     os.environ.setdefault("KERAS_BACKEND", "tensorflow")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -42,7 +42,7 @@ def measure(image_size, batch_size, steps):
 
     import keras_vit
 
-    model = keras_vit.ViT(image_size=image_size, num_classes=10, drop_path_rate=0.0, **ARCHITECTURE)
+    model = keras_vit.ViT(image_size=image_size, num_classes=10, drop_path_rate=0.0, **architecture)
     model.compile(
         optimizer=keras.optimizers.AdamW(1e-3),
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
@@ -59,8 +59,8 @@ def measure(image_size, batch_size, steps):
         start = time.perf_counter()
         model.train_on_batch(images, labels)
         times.append(time.perf_counter() - start)
-    tokens = (image_size // ARCHITECTURE["patch_size"]) ** 2
-    d = ARCHITECTURE["hidden_dim"]
+    tokens = (image_size // architecture["patch_size"]) ** 2
+    d = architecture["hidden_dim"]
     return {
         "image_size": image_size,
         "tokens": tokens,
@@ -74,12 +74,14 @@ def measure(image_size, batch_size, steps):
     }
 
 
-def token_scaling(image_sizes, batch_size=16, steps=3):
-    """One fresh process per size; returns their results, smallest first."""
+def token_scaling(image_sizes, batch_size=16, steps=3, architecture=ARCHITECTURE):
+    """One fresh process per size; returns their results, smallest first. `architecture`:
+    ViT arguments (the benchmark's by default; the tests pass a tiny one)."""
     results = []
     for size in image_sizes:
         command = [sys.executable, os.path.abspath(__file__), "--image-size", str(size)]
         command += ["--batch-size", str(batch_size), "--steps", str(steps)]
+        command += ["--architecture", json.dumps(architecture)]
         done = subprocess.run(command, capture_output=True, text=True, check=False)
         if done.returncode != 0:
             raise RuntimeError(f"token scaling at {size} x {size} failed:\n{done.stderr[-2000:]}")
@@ -97,5 +99,6 @@ if __name__ == "__main__":
     parser.add_argument("--image-size", type=int, required=True)
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--architecture", type=json.loads, default=ARCHITECTURE, help="ViT arguments, JSON")
     args = parser.parse_args()
-    print(json.dumps(measure(args.image_size, args.batch_size, args.steps)))
+    print(json.dumps(measure(args.image_size, args.batch_size, args.steps, args.architecture)))

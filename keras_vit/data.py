@@ -246,9 +246,15 @@ def _group(files, source):
                 )
             split, class_name = "train", parts[0]
         grouped.setdefault(split, {}).setdefault(class_name, []).append(f)
-    if "train" not in grouped:
+    if not grouped:
         raise ValueError(
             f"{source} holds no class_name/image files (looked for {', '.join(IMAGE_EXTENSIONS)})."
+        )
+    if "train" not in grouped:
+        found = ", ".join(f"{split}/" for split in sorted(grouped))
+        raise ValueError(
+            f"{source} has {found} but no train/ folder: a dataset to train on keeps its training "
+            f"images in train/class_name/ (or class_name/ with no split folders)."
         )
     class_depth = 2 if split_layout else 1
     holding = {f.rsplit("/", 1)[0] for f in images}

@@ -13,14 +13,16 @@ import input_pipeline  # noqa: E402
 import run  # noqa: E402
 import token_scaling  # noqa: E402
 
+TINY_ARCHITECTURE = dict(patch_size=4, hidden_dim=32, depth=2, num_heads=4, mlp_dim=64)
+
 
 def test_token_scaling_measures_a_size_in_its_own_process():
-    (row,) = token_scaling.token_scaling([48], batch_size=2, steps=1)
+    (row,) = token_scaling.token_scaling([48], batch_size=2, steps=1, architecture=TINY_ARCHITECTURE)
     assert row["tokens"] == 144 and row["time_per_token_vs_smallest"] == 1.0
     assert row["step_seconds"] > 0 and row["ms_per_image"] == pytest.approx(500 * row["step_seconds"])
     # A fresh process: its own peak (VmHWM), not the test runner's, and growth within it.
     assert 0 < row["peak_rss_over_model_mb"] < row["peak_rss_mb"]
-    assert row["attention_flop_share"] == pytest.approx(145 / (6 * 192 + 145))
+    assert row["attention_flop_share"] == pytest.approx(145 / (6 * 32 + 145))
     assert row["training_flops_per_image"] > 2 * token_scaling_flops_at_32()
 
 
@@ -28,7 +30,7 @@ def token_scaling_flops_at_32():
     import keras_vit
 
     return keras_vit.training_flops(
-        "vit_tiny_patch16_224", image_size=32, num_classes=10, **token_scaling.ARCHITECTURE
+        "vit_tiny_patch16_224", image_size=32, num_classes=10, **TINY_ARCHITECTURE
     )
 
 

@@ -107,6 +107,7 @@ def test_splits_become_tf_data_of_encoded_images_and_labels(tmp_path):
             r"test split has classes the train split lacks: \['bird'\]",
         ),
         ({}, "holds no class_name/image files"),
+        ({"val/cat": 2, "val/dog": 2}, r"has validation/ but no train/ folder"),
     ],
 )
 def test_bad_layouts_name_the_problem(tmp_path, layout, message):

@@ -289,3 +289,38 @@ def test_screenshot_command(export_folder, image_folder, tmp_path):
     )
     assert failed.returncode == 2 and "Image not found" in failed.stderr
     assert "Traceback" not in failed.stderr
+
+
+def test_a_distilled_model_with_registers_shows_its_overlay_and_passes_the_mobile_apps_checks(
+    qtbot, window, image_folder, tmp_path
+):
+    """Every prefix token at once ([cls], the distillation token, 2 registers): the attention
+    export maps the 8x8 patches as Keras' rollout does, the window shows it, and the phone app
+    accepts the export."""
+    from apps.mobile.build import describe_model
+    from keras_vit.export.exporter import export_model
+    from keras_vit.export_folder import ATTENTION_FILE, tflite_file
+
+    class_names = [f"class_{i}" for i in range(10)]
+    model = keras_vit.ViT(
+        image_size=32, patch_size=4, hidden_dim=32, depth=2, num_heads=4, mlp_dim=64, num_classes=10,
+        distillation_token=True, register_tokens=2, class_names=class_names,
+    )  # fmt: skip
+    model.save(tmp_path / "distilled.keras")
+    manifest = export_model(
+        tmp_path / "distilled.keras", output=str(tmp_path / "exports"), formats=("tflite",), quantize=(),
+        attention=True, verify=False,
+    )  # fmt: skip
+    fp32 = os.path.join(manifest["folder"], tflite_file("fp32"))
+
+    loaded = _load(qtbot, window, fp32)
+    assert loaded.attention_source == ATTENTION_FILE and window.attention_box.isEnabled()
+    path = sorted(image_folder.glob("*.png"))[5]
+    shown = _classify(qtbot, window, path)
+    from_keras = LoadedModel.open(tmp_path / "distilled.keras").classify_file(path)
+    assert shown.attention.shape == (8, 8)
+    np.testing.assert_allclose(shown.attention, from_keras.attention, atol=1e-4)
+    assert [name for name, _ in shown.top_k] == [name for name, _ in from_keras.top_k]
+
+    described = describe_model(fp32)
+    assert described["labels"] == class_names and described["imageSize"] == [32, 32]

@@ -70,7 +70,7 @@ def test_jax_trains_resumes_after_sigkill_evaluates_and_exports_under_tensorflow
 
     # The .keras written under JAX exports under TensorFlow, verified against Keras.
     exported = subprocess.run(
-        _cli("export", str(run), "--output", str(tmp_path / "exports"), "--format", "saved_model,tflite",
+        _cli("export", str(run), "--output", str(tmp_path / "exports"), "--format", "tflite",
              "--quantize", "none", "--json"),
         env=_user_env("tensorflow"), capture_output=True, text=True, timeout=300,
     )  # fmt: skip

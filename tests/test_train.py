@@ -2,6 +2,7 @@
 
 import json
 import os
+import pathlib
 import signal
 import socket
 import subprocess
@@ -33,9 +34,18 @@ def _config(dataset, output, **changes):
     return TrainConfig(**values)
 
 
-def test_train_writes_a_complete_run_folder_and_learns(colors_dataset, tmp_path):
-    run = train(_config(colors_dataset, tmp_path / "run", epochs=8, learning_rate=3e-3))
-    files = set(os.listdir(tmp_path / "run"))
+@pytest.fixture(scope="module")
+def finished_run(colors_dataset, tmp_path_factory):
+    """One finished 8-epoch run on the colours, shared by the tests that read a run folder
+    (each run costs half a minute of tracing on 2 cores): `(TrainingRun, config, folder)`."""
+    folder = tmp_path_factory.mktemp("finished") / "run"
+    config = _config(colors_dataset, folder, epochs=8, learning_rate=3e-3)
+    return train(config), config, pathlib.Path(config.output)
+
+
+def test_train_writes_a_complete_run_folder_and_learns(finished_run):
+    run, _, folder = finished_run
+    files = set(os.listdir(folder))
     assert {
         "model.keras",
         "class_names.json",
@@ -46,13 +56,13 @@ def test_train_writes_a_complete_run_folder_and_learns(colors_dataset, tmp_path)
     } <= files
     assert "backup" not in files  # removed once the run completed
     assert not [f for f in files if f.startswith(".partial-")]
-    summary = json.loads((tmp_path / "run" / "history.json").read_text())
+    summary = json.loads((folder / "history.json").read_text())
     assert summary["optimizer_steps"] == summary["steps"] == 8 * (54 // 8)
     assert len(summary["history"]["loss"]) == 8
     assert summary["best_val_accuracy"] >= 0.9  # three colours are easy
-    assert json.loads((tmp_path / "run" / "class_names.json").read_text()) == ["blue", "green", "red"]
+    assert json.loads((folder / "class_names.json").read_text()) == ["blue", "green", "red"]
 
-    model = keras.models.load_model(tmp_path / "run" / "model.keras")
+    model = keras.models.load_model(folder / "model.keras")
     assert model.class_names == ["blue", "green", "red"]
     assert model.image_mean == [0.5, 0.5, 0.5]
     red = np.zeros((1, 32, 32, 3), np.float32)
@@ -62,7 +72,7 @@ def test_train_writes_a_complete_run_folder_and_learns(colors_dataset, tmp_path)
     # The saved model is the classifier alone: no augmentation layer travels with it.
     assert not [layer for layer in model.layers if "augment" in layer.name.lower()]
     assert "BatchAugmentation" not in json.dumps(model.get_config())
-    assert oct(os.stat(tmp_path / "run" / "class_names.json").st_mode & 0o777) != oct(0o600)
+    assert oct(os.stat(folder / "class_names.json").st_mode & 0o777) != oct(0o600)
 
 
 def test_ema_validates_saves_and_returns_the_moving_average_of_the_weights(colors_dataset, tmp_path):
@@ -89,24 +99,23 @@ def test_ema_validates_saves_and_returns_the_moving_average_of_the_weights(color
         np.testing.assert_allclose(weight, returned, atol=1e-6)  # the validated epoch: the average
 
 
-def test_evaluate_scores_the_run_on_its_own_validation_split(colors_dataset, tmp_path, capsys):
+def test_evaluate_scores_the_run_on_its_own_validation_split(finished_run, colors_dataset, tmp_path, capsys):
     from keras_vit.cli import main
 
-    train(_config(colors_dataset, tmp_path / "run", epochs=8, learning_rate=3e-3))
-    capsys.readouterr()  # drop fit's progress lines
-    assert main(["evaluate", str(tmp_path / "run"), "--json"]) == 0
+    _, _, folder = finished_run
+    assert main(["evaluate", str(folder), "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
     assert result["split"] == "validation" and result["count"] == 18  # 25% of 24 per class
     assert result["top1"] >= 0.9 and result["top5"] == 1.0
     assert set(result["per_class"]) == {"blue", "green", "red"}
-    saved = json.loads((tmp_path / "run" / "evaluation.json").read_text())
+    saved = json.loads((folder / "evaluation.json").read_text())
     assert np.sum(saved["confusion"]) == 18 and np.trace(saved["confusion"]) == round(18 * saved["top1"])
-    assert (tmp_path / "run" / "confusion.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (folder / "confusion.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     with pytest.raises(ValueError, match="differ from the dataset's"):
         from keras_vit.evaluate import evaluate
         from keras_vit.saving import load_trained_model
 
-        evaluate(load_trained_model(tmp_path / "run"), dataset="cifar10-mini")
+        evaluate(load_trained_model(folder), dataset="cifar10-mini")
 
     # predict: class names from the model; a bad file is reported, the others still classified.
     red = os.path.join(colors_dataset, "red", "00.png")
@@ -114,7 +123,7 @@ def test_evaluate_scores_the_run_on_its_own_validation_split(colors_dataset, tmp
     broken.write_bytes(b"not a jpeg at all")
     # In a fresh process, as a user runs it: the saved classes must load there too.
     result = subprocess.run(
-        _cli_command("predict", str(tmp_path / "run"), red, str(broken), "--top-k", "2", "--json"),
+        _cli_command("predict", str(folder), red, str(broken), "--top-k", "2", "--json"),
         capture_output=True, text=True, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),
     )  # fmt: skip
     assert result.returncode == 1, result.stderr[-2000:]
@@ -137,10 +146,12 @@ def test_weight_decay_skips_norms_biases_and_embeddings(colors_dataset, tmp_path
         assert not any(excluded in p.rsplit("/", 1)[-1] for p in decayed), excluded
 
 
-def test_a_finished_run_folder_is_not_overwritten(colors_dataset, tmp_path):
-    train(_config(colors_dataset, tmp_path / "run", epochs=1))
+def test_a_finished_run_folder_is_not_overwritten(finished_run):
+    _, config, folder = finished_run
+    before = {name: os.stat(folder / name).st_mtime_ns for name in os.listdir(folder)}
     with pytest.raises(ValueError, match="already holds a finished run"):
-        train(_config(colors_dataset, tmp_path / "run", epochs=1))
+        train(config)
+    assert {name: os.stat(folder / name).st_mtime_ns for name in os.listdir(folder)} == before
 
 
 def test_an_unfinished_run_resumes_only_with_its_own_classes_and_input(colors_dataset, tmp_path):
@@ -391,9 +402,10 @@ def test_every_strategy_precision_and_xla_combination_trains(colors_dataset, tmp
     The two strategies run side by side, one process each."""
     config = dict(
         dataset=colors_dataset, epochs=1, batch_size=8, steps_per_epoch=2, validation_split=0.0,
-        overrides=TINY_MODEL, mixup=0.8, cutmix=1.0, random_erasing=0.25, backup_every_steps=2,
-        layer_decay=0.65,
+        overrides=dict(TINY_MODEL, depth=1), mixup=0.8, cutmix=1.0, random_erasing=0.25,
+        backup_every_steps=2, layer_decay=0.65,
     )  # fmt: skip
+    # One block: each of the 12 runs spends its time tracing and compiling, not stepping.
     processes = [
         subprocess.Popen(
             [sys.executable, "-c", MATRIX, json.dumps(config), str(tmp_path), strategy],
