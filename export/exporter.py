@@ -36,7 +36,7 @@ from keras_vit.export_folder import (
     files_folder,
     tflite_file,
 )
-from keras_vit.files import write_bytes, write_json
+from keras_vit.files import DiskFullError, folder_size, is_disk_full, write_bytes, write_json
 from keras_vit.run_folder import RunFolder
 
 logger = logging.getLogger(__name__)
@@ -222,8 +222,14 @@ class _Staging:
         if os.path.exists(self.saved_model):
             os.rename(self.saved_model, os.path.join(self.home, str(self.version)))
 
-    def __exit__(self, *exc_info):
+    def __exit__(self, kind, error, traceback):
+        written = folder_size(self.path)
         shutil.rmtree(self.path, ignore_errors=True)
+        if error is not None and is_disk_full(error):
+            # TensorFlow, LiteRT and ONNX report a full disk in their own error types: one line
+            # instead, naming the version and about the space it takes.
+            last = [files_folder(self.home, self.version - 1), os.path.join(self.home, str(self.version - 1))]
+            raise DiskFullError(self.published_files, max(written, sum(map(folder_size, last)))) from None
 
 
 def _convert(classifier, staging, formats, variants, spec, int8_input, calibration_images, source):

@@ -6,13 +6,16 @@ training loop never waits for the device between steps (Keras reads the
 logs only once per `steps_per_execution` steps).
 """
 
+import logging
 import math
 import os
 import time
 
 import keras
 
-from keras_vit.files import atomic_write
+from keras_vit.files import DiskFullError, atomic_write, is_disk_full, size_of, write_json
+
+logger = logging.getLogger(__name__)
 
 
 def optimizer_step(model):
@@ -44,11 +47,17 @@ class BestModelCheckpoint(keras.callbacks.Callback):
 
 
 class ResumableBackup(keras.callbacks.BackupAndRestore):
-    """`BackupAndRestore` that resumes in the epoch the restored step count is in.
+    """`BackupAndRestore` that resumes in the epoch the restored step count is in, and whose
+    backups survive a full disk, a kill mid-write and a damaged file.
 
     Keras records the epoch at backup time, which for a backup taken on an
     epoch's last batch is the epoch already finished: it would be replayed
     whole. The optimizer's step count says exactly where the run was.
+
+    Keras writes the new backup over the last one; here it is written beside the last two and
+    renamed into place once whole (when the disk is too full for three, the oldest goes
+    first), so a good backup is always on disk. A resumed run reads the latest backup, else
+    the one before it; with neither readable it stops with one line instead of starting over.
     """
 
     def __init__(self, backup_dir, steps_per_epoch, save_freq):
@@ -56,11 +65,61 @@ class ResumableBackup(keras.callbacks.BackupAndRestore):
         self.steps_per_epoch = steps_per_epoch
         self.restored_step = 0
 
-    def _load_model(self):
-        super()._load_model()
+    def on_train_begin(self, logs=None):
+        damaged = []
+        for which in ("latest", "previous"):
+            if which == "previous" and os.path.exists(self._prev_weights_path):
+                # Keras reads only `.weights.h5` names: the one before takes the damaged one's place.
+                os.replace(self._prev_weights_path, self._weights_path)
+            elif which == "previous" or not os.path.exists(self._weights_path):
+                continue
+            try:
+                self._restore(self._weights_path)
+                return
+            except Exception as error:  # h5py and Keras raise OSError, ValueError, KeyError...
+                logger.warning("The %s backup in %s cannot be read (%s).", which, self.backup_dir, error)
+                damaged.append(which)
+        if damaged:
+            raise ValueError(
+                f"The run's backups in {self.backup_dir} are damaged ({' and '.join(damaged)}), so it "
+                f"cannot resume: delete that folder to train again from the start (model.keras and "
+                f"log.csv stay)."
+            )
+
+    def _restore(self, weights):
+        if self.model.optimizer is not None and not self.model.optimizer.built:
+            self.model.optimizer.build(self.model.trainable_variables)  # its slots must exist to load
+        self.model.load_weights(weights)
+        self.restored_step = optimizer_step(self.model)
+        self.model._initial_epoch = self.restored_step // self.steps_per_epoch
+
+    def _save_model(self):
+        os.makedirs(self.backup_dir, exist_ok=True)
+        partial = os.path.join(self.backup_dir, ".partial-latest.weights.h5")
+        try:
+            self._write_weights(partial)
+        except DiskFullError:
+            if not (os.path.exists(self._weights_path) and os.path.exists(self._prev_weights_path)):
+                raise
+            os.remove(self._prev_weights_path)  # room for the new one beside the latest
+            self._write_weights(partial)
         if os.path.exists(self._weights_path):
-            self.restored_step = optimizer_step(self.model)
-            self.model._initial_epoch = self.restored_step // self.steps_per_epoch
+            os.replace(self._weights_path, self._prev_weights_path)
+        os.replace(partial, self._weights_path)
+        # The step count in the weights says where to resume; this is Keras' own record.
+        position = {"epoch": self._current_epoch, "batch": self._last_batch_seen}
+        write_json(self._training_metadata_path, position)
+
+    def _write_weights(self, partial):
+        try:
+            self.model.save_weights(partial, overwrite=True)
+        except Exception as error:
+            needed = max(size_of(self._weights_path), size_of(partial))
+            if os.path.exists(partial):
+                os.remove(partial)
+            if is_disk_full(error):
+                raise DiskFullError(self._weights_path, needed) from None
+            raise
 
 
 class StopAtStep(keras.callbacks.Callback):

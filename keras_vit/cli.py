@@ -432,6 +432,20 @@ def build_parser():
     return parser
 
 
+def _disk_full_message(error):
+    """keras-vit's own DiskFullError names the file and the space; a write elsewhere (the CSV
+    log, TensorBoard's events, a converter's scratch files) names what it can."""
+    from keras_vit.files import DiskFullError
+
+    if isinstance(error, DiskFullError):
+        return str(error)
+    where = f" writing {error.filename}" if getattr(error, "filename", None) else ""
+    return (
+        f"No space left on the device{where}: free some space and run the same command again. "
+        f"Nothing written before was lost."
+    )
+
+
 def main(argv=None):
     args = build_parser().parse_args(argv)
     if getattr(args, "num_classes", None) is not None and args.num_classes < 1:
@@ -445,6 +459,14 @@ def main(argv=None):
         # Bad input: one clear line, no traceback.
         print(f"keras-vit {args.command}: error: {error}", file=sys.stderr)
         return 2
+    except OSError as error:
+        # A full disk (or quota, or file-size limit) while writing: one line, and what to do.
+        from keras_vit.files import is_disk_full
+
+        if not is_disk_full(error):
+            raise
+        print(f"keras-vit {args.command}: error: {_disk_full_message(error)}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         # Ctrl+C (pressed twice, or during clean-up): a one-line goodbye, the shell's status for SIGINT.
         print(f"keras-vit {args.command}: interrupted", file=sys.stderr)

@@ -18,6 +18,7 @@ import logging
 import math
 import os
 import sys
+import zipfile
 
 import keras
 
@@ -321,6 +322,10 @@ def _write_run_description(run, class_names, config):
 def _callbacks(config, run, schedule, where):
     """The run's callbacks in the order they must run, and the best-model checkpoint."""
     earlier = _merged_history(run.file(LOG_FILE), {}).get("val_accuracy", [])
+    if earlier and not zipfile.is_zipfile(run.model_file):
+        # The best model so far is missing or damaged (truncated): the next validated epoch replaces it.
+        logger.warning("%s is missing or damaged; the next validated epoch saves a new one.", run.model_file)
+        earlier = []
     best = BestModelCheckpoint(
         run.model_file, enabled=where.chief, previous_best=max(earlier, default=-math.inf)
     )
