@@ -204,3 +204,28 @@ def test_the_cifar10_report_judges_both_goals_and_full_int8_against_one_point():
     assert "-1.4 points on the verification images (not met)" in cifar10_accuracy.report_markdown(
         worse_int8, "", ""
     )
+
+
+def test_layer_decay_unpacks_a_one_split_zip_and_judges_each_learning_rate(tmp_path):
+    import zipfile
+
+    import layer_decay
+
+    with zipfile.ZipFile(tmp_path / "val_only.zip", "w") as archive:
+        for name in ("top/val/cat/1.png", "top/val/cat/2.png", "top/val/dog/3.png"):
+            archive.writestr(name, b"png")
+    folder = layer_decay.class_folders(str(tmp_path / "val_only.zip"), str(tmp_path / "unpacked"))
+    assert sorted(os.listdir(folder)) == ["cat", "dog"] and len(os.listdir(os.path.join(folder, "cat"))) == 2
+
+    def result(decay, lr, accuracy):
+        return {"layer_decay": decay, "learning_rate": lr, "best_val_accuracy": accuracy}
+
+    results = [
+        result(1.0, 1e-4, 0.30),
+        result(0.65, 1e-4, 0.35),
+        result(1.0, 5e-4, 0.42),
+        result(0.65, 5e-4, 0.37),
+    ]
+    assert layer_decay.verdict(results) == (
+        "Best: layer decay 1.0 at peak lr 0.0005 (42.00%). Layer decay helped at 1 of 2 learning rates."
+    )
