@@ -29,6 +29,7 @@ from keras_vit.classifier import load_classifier
 from keras_vit.export import metadata, onnx_model, serving, tflite
 from keras_vit.export.verify import format_table, verify_exports, write_report
 from keras_vit.export_folder import (
+    BATCHING_FILE,
     LABELS_FILE,
     MANIFEST_FILE,
     ONNX_FILE,
@@ -216,10 +217,16 @@ class _Staging:
         return self
 
     def publish(self, manifest):
-        """Writes the manifest and renames the files into place, the SavedModel last."""
+        """Writes the manifest and renames the files into place, the SavedModel last (with TF
+        Serving's batching parameters beside it, unless a file is there already)."""
         write_json(os.path.join(self.files, MANIFEST_FILE), manifest)
         os.rename(self.files, self.published_files)
         if os.path.exists(self.saved_model):
+            batching = os.path.join(self.home, BATCHING_FILE)
+            if not os.path.exists(batching):  # staged too: a kill never leaves half of it
+                staged = os.path.join(self.path, BATCHING_FILE)
+                write_bytes(staged, serving.BATCHING_PARAMETERS.encode())
+                os.rename(staged, batching)
             os.rename(self.saved_model, os.path.join(self.home, str(self.version)))
 
     def __exit__(self, kind, error, traceback):

@@ -20,6 +20,16 @@ from keras_vit.export_folder import LABELS_FILE
 from keras_vit.pipeline import decode_image, resize
 from keras_vit.runtimes import TOP_K
 
+# TF Serving's server-side batching (`--enable_batching --batching_parameters_file=...`):
+# requests arriving within 2 ms are run as one batch of up to 32 images, which serving_default's
+# dynamic batch dimension allows. Written once beside the versions; tune it for your hardware.
+BATCHING_PARAMETERS = """max_batch_size { value: 32 }
+batch_timeout_micros { value: 2000 }
+max_enqueued_batches { value: 100 }
+num_batch_threads { value: 4 }
+pad_variable_length_inputs: false
+"""
+
 # Magic numbers of the formats tf.io.decode_image reads (WebP: "RIFF", a size, "WEBP").
 _SIGNATURES = (b"\xff\xd8\xff", b"\x89PNG", b"GIF8", b"BM")
 # The most pixels an image may declare: where Pillow refuses a decompression bomb (twice its

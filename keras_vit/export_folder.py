@@ -1,6 +1,9 @@
 """An export folder: the files `keras-vit export` writes, and the one way to read them.
 
     OUTPUT/<name>/<N>/             the SavedModel TF Serving loads (version N)
+    OUTPUT/<name>/batching_parameters.txt
+                                   TF Serving's --batching_parameters_file (written once, yours
+                                   to tune: a later export keeps it)
     OUTPUT/<name>/export-<N>/      model.tflite (the recommended variant), model_<variant>.tflite,
                                    model_attention.tflite (with --attention), model.onnx,
                                    labels.txt, export.json, verification.json, verification.md
@@ -19,6 +22,7 @@ LABELS_FILE = "labels.txt"  # one class name per line: here, in SavedModel asset
 TFLITE_FILE = "model.tflite"  # the variant apps should ship
 ATTENTION_FILE = "model_attention.tflite"
 ONNX_FILE = "model.onnx"
+BATCHING_FILE = "batching_parameters.txt"
 VERIFICATION_FILES = ("verification.json", "verification.md")
 
 

@@ -4,6 +4,7 @@ import base64
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 import zipfile
@@ -19,6 +20,7 @@ from keras_vit.classifier import load_classifier
 from keras_vit.cli import main
 from keras_vit.export import tflite
 from keras_vit.export.exporter import export_model, next_version, recommended_variant
+from keras_vit.export_folder import BATCHING_FILE
 from keras_vit.runtimes import open_model
 from keras_vit.tflite_metadata import read_metadata
 
@@ -74,13 +76,23 @@ def test_the_layout_is_what_tf_serving_expects_and_versions_are_never_overwritte
     assert {"model.tflite", "model.onnx", "labels.txt", "export.json", "verification.json"} <= files
     assert not [entry for entry in os.listdir(home) if entry.startswith(".partial")]
     before = open(os.path.join(home, "1", "saved_model.pb"), "rb").read()
+    # TF Serving's --batching_parameters_file, beside the versions: a text proto of its fields.
+    batching = os.path.join(home, BATCHING_FILE)
+    fields = dict(re.findall(r"^(\w+)\W+(?:value: )?(\w+)", open(batching).read(), re.M))
+    assert fields == {
+        "max_batch_size": "32", "batch_timeout_micros": "2000", "max_enqueued_batches": "100",
+        "num_batch_threads": "4", "pad_variable_length_inputs": "false",
+    }  # fmt: skip
+    with open(batching, "a") as f:
+        f.write("# tuned by hand\n")
 
     second = export_model(
         tiny_model_file, output=os.path.dirname(home), formats=("saved_model",), quantize=(), verify=False
     )
     assert second["version"] == 2 and next_version(home) == 3
-    assert sorted(os.listdir(home)) == ["1", "2", "export-1", "export-2"]
+    assert sorted(os.listdir(home)) == ["1", "2", BATCHING_FILE, "export-1", "export-2"]
     assert open(os.path.join(home, "1", "saved_model.pb"), "rb").read() == before
+    assert open(batching).read().endswith("# tuned by hand\n")  # a user's tuning is kept
 
 
 def test_every_export_meets_its_agreement_target_except_where_the_report_says_so(exported):
@@ -356,7 +368,7 @@ def test_an_export_killed_at_any_point_leaves_no_version_tf_serving_would_load(t
                 ).is_file()
                 assert "serving_default" in tf.saved_model.load(str(entry)).signatures
             else:
-                assert entry.name.startswith((".partial-", "export-")), entry.name
+                assert entry.name.startswith((".partial-", "export-", BATCHING_FILE)), entry.name
 
     kills = 0
     for _ in range(3):

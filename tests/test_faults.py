@@ -157,7 +157,7 @@ def test_an_export_on_a_full_disk_leaves_no_version_behind_and_works_once_there_
     colour_teacher, small_disk, capsys
 ):
     from keras_vit.cli import main
-    from keras_vit.export_folder import TFLITE_FILE, files_folder
+    from keras_vit.export_folder import BATCHING_FILE, TFLITE_FILE, files_folder
     from keras_vit.runtimes import open_model
 
     exports = small_disk / "exports"
@@ -171,7 +171,7 @@ def test_an_export_on_a_full_disk_leaves_no_version_behind_and_works_once_there_
     assert main(command) == 1
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert line.startswith(f"keras-vit export: error: No space left to write {files_folder(home, 2)}"), line
-    assert sorted(os.listdir(home)) == ["1", "export-1"]  # no version 2, no staging folder
+    assert sorted(os.listdir(home)) == ["1", BATCHING_FILE, "export-1"]  # no version 2, no staging
     images = np.full((1, 32, 32, 3), 200, np.float32)
     expected = open_model(colour_teacher).predict(images)
     for version_1 in (home / "1", home / "export-1" / TFLITE_FILE):
@@ -179,4 +179,4 @@ def test_an_export_on_a_full_disk_leaves_no_version_behind_and_works_once_there_
 
     filler.unlink()
     assert main(command) == 0
-    assert sorted(os.listdir(home)) == ["1", "2", "export-1", "export-2"]
+    assert sorted(os.listdir(home)) == ["1", "2", BATCHING_FILE, "export-1", "export-2"]
