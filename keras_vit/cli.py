@@ -97,22 +97,28 @@ def _evaluate(args):
 
 
 def _predict(args):
-    from keras_vit.predict import predict_files
+    import textwrap
+
+    from keras_vit.predict import iter_predictions
     from keras_vit.runtimes import open_model
 
     if args.top_k < 1:
         raise ValueError(f"--top-k must be at least 1, got {args.top_k}.")
-    results = predict_files(open_model(args.model), args.images, top_k=args.top_k)
-    if args.json:
-        print(json.dumps(results, indent=2))
-    else:
-        for result in results:
-            if "error" in result:
-                print(f"{result['path']}: error: {result['error']}")
-                continue
+    failed = False
+    # Each answer is printed as its batch is classified (a JSON array, item by item, with --json).
+    for number, result in enumerate(iter_predictions(open_model(args.model), args.images, top_k=args.top_k)):
+        failed = failed or "error" in result
+        if args.json:
+            item = textwrap.indent(json.dumps(result, indent=2), "  ")
+            print(("[\n" if number == 0 else ",\n") + item, end="", flush=True)
+        elif "error" in result:
+            print(f"{result['path']}: error: {result['error']}", flush=True)
+        else:
             ranked = ", ".join(f"{p['class']} {p['probability']:.3f}" for p in result["top_k"])
-            print(f"{result['path']}: {ranked}")
-    return 1 if any("error" in r for r in results) else 0
+            print(f"{result['path']}: {ranked}", flush=True)
+    if args.json:
+        print("\n]")
+    return 1 if failed else 0
 
 
 def _export(args):

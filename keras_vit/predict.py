@@ -30,19 +30,34 @@ def predict_files(runner, paths, top_k=TOP_K):
         One dict per path: `{"path", "top_k": [{"class", "index", "probability"}]}`
         or `{"path", "error"}`.
     """
-    class_names = runner.class_names
-    results, images, good = [], [], []
+    return list(iter_predictions(runner, paths, top_k))
+
+
+def iter_predictions(runner, paths, top_k=TOP_K, batch_size=32):
+    """`predict_files`' dicts one by one, in order, as each batch of `batch_size` images is
+    classified: memory holds one batch whatever the number of paths, and a caller can show
+    each answer as it comes."""
+    pending = []  # (result, image or None), in the order of `paths`
     for path in paths:
+        result = {"path": os.fspath(path)}
         try:
-            images.append(read_image(path, runner.image_size))
-            good.append(len(results))
-            results.append({"path": os.fspath(path)})
+            pending.append((result, read_image(path, runner.image_size)))
         except (FileNotFoundError, ValueError) as error:
-            results.append({"path": os.fspath(path), "error": str(error)})
-    if images:
-        for row, index in zip(runner.predict(np.stack(images)), good, strict=True):
-            results[index]["top_k"] = [
+            result["error"] = str(error)
+            pending.append((result, None))
+        if sum(image is not None for _, image in pending) == batch_size:
+            yield from _classified(runner, pending, top_k)
+            pending = []
+    yield from _classified(runner, pending, top_k)
+
+
+def _classified(runner, pending, top_k):
+    images = [image for _, image in pending if image is not None]
+    rows = iter(runner.predict(np.stack(images)) if images else [])
+    for result, image in pending:
+        if image is not None:
+            result["top_k"] = [
                 {"class": name, "index": i, "probability": probability}
-                for name, i, probability in ranked(row, class_names, top_k)
+                for name, i, probability in ranked(next(rows), runner.class_names, top_k)
             ]
-    return results
+        yield result

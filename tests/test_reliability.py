@@ -2,24 +2,31 @@
 
 The surfaces: the Python API (`predict_files`), the CLI (`keras-vit predict`, all files in one
 call), the TF Serving signature (`serving_default`, one request per image), the desktop app's
-inference and the mobile app in Chromium. The results are written to docs/reliability.md.
+inference and the mobile app in Chromium; then load and faults: many requests at once, a
+disk that fills up, damaged backups. The results are written to docs/reliability.md.
 """
 
 import dataclasses
+import errno
 import io
+import json
 import os
 import re
 import struct
 import subprocess
 import sys
+import time
 import zlib
 from pathlib import Path
 
+import keras
 import numpy as np
 import pytest
 from PIL import Image
 
-from keras_vit.files import atomic_write
+from keras_vit.callbacks import ResumableBackup, optimizer_step
+from keras_vit.files import DiskFullError, atomic_write
+from keras_vit.saving import load_trained_model
 
 VENV_BIN = os.path.dirname(sys.executable)
 REPORT = os.path.join(os.path.dirname(__file__), os.pardir, "docs", "reliability.md")
@@ -27,6 +34,17 @@ SURFACES = ("Python API", "CLI", "TF Serving", "Desktop app", "Mobile app")
 MODEL_SURFACES = ("Python API", "CLI", "Desktop app", "Mobile app")
 SETTINGS_SURFACES = ("Python API", "CLI")
 NOT_APPLICABLE = "n/a"
+# The rows of the load-and-faults table, each filled by one test.
+LOAD_SCENARIOS = (
+    "TF Serving signature, 8 threads x 200 requests",
+    "Phone app server, 50 clients loading the app at once",
+    "`keras-vit train` on a disk that fills up after 2 of 5 epochs",
+    "No space for a backup (the weights' write fails)",
+    "A run whose latest backup is truncated",
+    "A run whose backups are all truncated",
+    "`keras-vit export` on a full disk",
+    "`keras-vit predict` on 5,000 paths",
+)
 
 
 def _picture(width, height, seed=0):
@@ -215,12 +233,13 @@ def settings_inputs(tmp_path_factory):
 @pytest.fixture(scope="module")
 def report(inputs, model_inputs, settings_inputs):
     """Collects each surface's results per table; written to docs/reliability.md at the end."""
-    results = {"images": {}, "models": {}, "settings": {}}
+    results = {"images": {}, "models": {}, "settings": {}, "load": {}}
     yield results
     complete = (
         set(results["images"]) == set(SURFACES)
         and set(results["models"]) == set(MODEL_SURFACES)
         and set(results["settings"]) == set(SETTINGS_SURFACES)
+        and set(results["load"]) == set(LOAD_SCENARIOS)
     )
     if complete:  # only a complete run rewrites the document
         settings_rows = [(name, None, description, False) for name, _, description in settings_inputs]
@@ -229,14 +248,14 @@ def report(inputs, model_inputs, settings_inputs):
             ("Model files", MODEL_SURFACES, model_inputs, results["models"]),
             ("Training settings and datasets", SETTINGS_SURFACES, settings_rows, results["settings"]),
         ]
-        atomic_write(REPORT, lambda temporary: _write_report(temporary, tables))
+        atomic_write(REPORT, lambda temporary: _write_report(temporary, tables, results["load"]))
 
 
 def _cell(value):
     return value.replace("|", "\\|").replace("\n", " ").replace('\\"', '"').replace("\\'", "'")
 
 
-def _write_report(path, tables):
+def _write_report(path, tables, load):
     lines = [
         "# Reliability: every input on every surface",
         "",
@@ -272,6 +291,17 @@ def _write_report(path, tables):
                 if works == must_work:
                     cells = [_cell(results[surface][name]) for surface in surfaces]
                     lines.append(f"| {description} (`{name}`) | " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "## Load and faults",
+        "",
+        "Many requests at once, a disk that fills up, damaged backups: what the user sees and what",
+        "is left on disk, each row asserted and measured by its test (the 2-core CI machine).",
+        "",
+        "| what | what happened |",
+        "|---|---|",
+    ]
+    lines += [f"| {scenario} | {_cell(load[scenario])} |" for scenario in LOAD_SCENARIOS]
     with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")
 
@@ -477,3 +507,380 @@ def test_training_settings_and_datasets(settings_inputs, report, capsys):
 
     _check("CLI", rows, cli, report, "settings")
     _check("Python API", rows, python_api, report, "settings")
+
+
+SERVING_LOAD = """
+import json, random, sys, threading, time
+import numpy as np
+import tensorflow as tf
+
+saved_model, files = sys.argv[1], json.loads(sys.argv[2])
+threads, requests = int(sys.argv[3]), int(sys.argv[4])
+serve = tf.saved_model.load(saved_model).signatures["serving_default"]  # loaded once, shared
+blobs = {name: open(path, "rb").read() for name, path in files.items()}
+
+
+def ask(blob):
+    try:
+        return "ok", serve(image_bytes=tf.constant([blob]))["probabilities"].numpy()[0]
+    except tf.errors.InvalidArgumentError as error:
+        return "error", error.message
+
+
+def memory_mb(field):
+    return next(int(l.split()[1]) / 1024 for l in open("/proc/self/status") if l.startswith(field + ":"))
+
+
+serial = {name: ask(blob) for name, blob in blobs.items()}
+open("/proc/self/clear_refs", "w").write("5")  # restart the peak (VmHWM) from here
+before = memory_mb("VmRSS")
+problems, counts = [], {"ok": 0, "error": 0}
+lock = threading.Lock()
+
+
+def client(seed):
+    picker = random.Random(seed)
+    for _ in range(requests):
+        name = picker.choice(sorted(blobs))
+        try:
+            kind, value = ask(blobs[name])
+        except Exception as error:  # anything but the request's own INVALID_ARGUMENT
+            kind, value = "failure", repr(error)
+        expected_kind, expected = serial[name]
+        same = kind == expected_kind and (
+            np.array_equal(value, expected) if kind == "ok" else value == expected
+        )
+        with lock:
+            counts[kind] = counts.get(kind, 0) + 1
+            if not same:
+                problems.append((name, kind, str(value)[:300]))
+
+
+start = time.perf_counter()
+workers = [threading.Thread(target=client, args=(seed,)) for seed in range(threads)]
+for worker in workers:
+    worker.start()
+for worker in workers:
+    worker.join()
+print(json.dumps({
+    "counts": counts, "problems": problems[:5], "seconds": time.perf_counter() - start,
+    "rss_before_mb": before, "peak_rss_mb": memory_mb("VmHWM"),
+    "serial_errors": {n: v for n, (k, v) in serial.items() if k == "error"},
+}))
+"""
+
+
+def test_serving_under_load_answers_every_request_as_it_answers_one(export_folder, inputs, report):
+    """serving_default, loaded once, called from 8 threads with 200 requests each of the photos,
+    odd formats and bad files in random order: the same answer as a serial run for every request,
+    each bad one its own INVALID_ARGUMENT, nothing else, and memory that stays put."""
+    saved_model = os.path.normpath(os.path.join(export_folder["folder"], export_folder["saved_model"]))
+    files = {name: str(path) for name, path, _, _ in inputs if path is not None and path.is_file()}
+    threads, requests = 8, 200
+    done = subprocess.run(
+        [sys.executable, "-c", SERVING_LOAD, saved_model, json.dumps(files), str(threads), str(requests)],
+        capture_output=True, text=True, timeout=600, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["problems"] == [] and set(result["counts"]) == {"ok", "error"}
+    assert sum(result["counts"].values()) == threads * requests
+    bad = {name for name, _, _, works in inputs if not works and name in files}
+    assert set(result["serial_errors"]) == bad
+    for message in result["serial_errors"].values():
+        assert "image_bytes[0]" in message and "Traceback" not in message
+    growth = result["peak_rss_mb"] - result["rss_before_mb"]
+    assert growth < 200, f"memory grew by {growth:.0f} MB under load"
+    report["load"]["TF Serving signature, 8 threads x 200 requests"] = (
+        f"{result['counts']['ok']} good requests answered as a serial run answers them, "
+        f"{result['counts']['error']} bad ones each their own INVALID_ARGUMENT, no other failure; "
+        f"{threads * requests / result['seconds']:.0f} requests/s; peak RSS {result['peak_rss_mb']:.0f} MB, "
+        f"{growth:+.0f} MB over the loaded model"
+    )
+
+
+def test_the_phone_apps_server_serves_50_clients_loading_the_whole_app_at_once(
+    export_folder, report, tmp_path
+):
+    """50 clients at once, each fetching every file of the app (the service worker's list plus
+    sw.js): every answer 200 with the file's bytes, and no server thread left behind."""
+    import threading
+    import time
+    import urllib.request
+    from concurrent.futures import ThreadPoolExecutor
+
+    from keras_vit.apps.mobile import server
+    from keras_vit.apps.mobile.build import build_app
+
+    folder = build_app(os.path.join(export_folder["folder"], "model.tflite"), tmp_path / "app")
+    files = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
+    threads_before = threading.active_count()
+    httpd = server.make_server(folder, "127.0.0.1", 0)
+    server.serve_in_background(httpd)
+    url = server.urls(httpd)[0]
+
+    def load_the_app(client):
+        answers = []
+        for name in ["", *files]:  # "" is the page itself: index.html
+            with urllib.request.urlopen(url + name, timeout=60) as reply:
+                expected = (folder / (name or "index.html")).read_bytes()
+                answers.append((reply.status, reply.read() == expected))
+        return answers
+
+    start = time.perf_counter()
+    try:
+        with ThreadPoolExecutor(max_workers=50) as clients:
+            answers = [a for client in clients.map(load_the_app, range(50)) for a in client]
+        seconds = time.perf_counter() - start
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    assert len(answers) == 50 * (len(files) + 1)
+    assert all(status == 200 and same for status, same in answers)
+    deadline = time.time() + 5
+    while threading.active_count() > threads_before and time.time() < deadline:
+        time.sleep(0.05)
+    assert threading.active_count() == threads_before, threading.enumerate()
+    size = sum((folder / name).stat().st_size for name in files)
+    report["load"]["Phone app server, 50 clients loading the app at once"] = (
+        f"{len(answers)} requests ({len(files) + 1} files, {size / 1e6:.1f} MB per client), every one 200 "
+        f"with the file's bytes, in {seconds:.1f} s; no server thread left afterwards"
+    )
+
+
+# Faults: a disk that fills up part way, and damaged backups. Nothing written before is lost, the
+# user gets one line naming the file, and the same command works once there is room.
+TINY_FLAGS = [f"--override={k}={v}" for k, v in dict(hidden_dim=32, depth=2, num_heads=4, mlp_dim=64).items()]
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 12 MB tmpfs, as a disk that fills up (the tests run as root); `fill()` fills it."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=12m", "tmpfs", str(mount)], capture_output=True
+    )
+    if mounted.returncode != 0:
+        if os.environ.get("CI"):
+            pytest.fail(f"cannot mount a tmpfs to fill: {mounted.stderr.decode().strip()}")
+        pytest.skip("mounting a tmpfs needs root")
+    yield mount
+    subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def fill(disk):
+    """Writes a file until the disk is full; returns it (delete it to free the space)."""
+    filler = disk / "filler"
+    with open(filler, "wb") as f:
+        try:
+            while True:
+                f.write(b"\0" * 65536)
+                f.flush()
+        except OSError as error:
+            assert error.errno == errno.ENOSPC
+    return filler
+
+
+def _partial_files(folder):
+    return [
+        os.path.join(d, n)
+        for d, subdirs, names in os.walk(folder)
+        for n in names + subdirs
+        if ".partial" in n
+    ]
+
+
+def test_a_disk_that_fills_mid_training_loses_nothing_and_the_same_command_resumes(
+    colors_dataset, small_disk, report
+):
+    run = small_disk / "run"
+    command = [
+        sys.executable, "-m", "keras_vit", "train", "--dataset", colors_dataset, "--output", str(run),
+        "--epochs", "5", "--batch-size", "8", "--validation-split", "0.25", "--backup-every-steps", "2",
+        "--no-jit-compile", *TINY_FLAGS,
+    ]  # fmt: skip
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    log = run / "log.csv"
+    deadline = time.time() + 240
+    while process.poll() is None and time.time() < deadline:
+        if log.exists() and len(log.read_text().splitlines()) >= 3:  # two epochs logged
+            break
+        time.sleep(0.1)
+    assert process.poll() is None, "the run ended before the disk filled"
+    filler = fill(small_disk)
+    stderr = process.communicate(timeout=240)[1]
+
+    assert process.returncode == 1
+    (line,) = stderr.strip().splitlines()
+    assert line.startswith("keras-vit train: error: No space left to write " + str(run)), line
+    assert "free there): free some space and run the same command again" in line
+    assert not _partial_files(run)
+    assert load_trained_model(run).class_names == ["blue", "green", "red"]  # the best model so far
+
+    filler.unlink()
+    finished = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert finished.returncode == 0, finished.stderr[-2000:]
+    epochs = [row.split(",")[0] for row in log.read_text().splitlines()[1:]]
+    assert epochs[:2] == ["0", "1"] and epochs.count("0") == 1  # resumed, not started over
+    assert sorted(set(epochs)) == ["0", "1", "2", "3", "4"]
+    report["load"]["`keras-vit train` on a disk that fills up after 2 of 5 epochs"] = (
+        f"exit 1 and one line: {_readable(line, small_disk)}; the best model.keras so far loads, no "
+        f"partial file is left; once the space is freed, the same command resumes at epoch "
+        f"{epochs[2]} and finishes the 5 epochs"
+    )
+
+
+def _compiled_model():
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
+    model.compile(optimizer="adam", loss="mse")
+    return model
+
+
+def _steps(model, count):
+    x, y = np.ones((count, 4), "float32"), np.zeros((count, 3), "float32")
+    model.fit(x, y, batch_size=1, epochs=1, verbose=0)
+
+
+def test_a_damaged_backup_resumes_from_the_one_before_and_two_refuse_in_one_line(tmp_path, report):
+    model = _compiled_model()
+    backup = ResumableBackup(str(tmp_path / "backup"), steps_per_epoch=100, save_freq=1)
+    backup.set_model(model)
+    _steps(model, 3)
+    backup._save_model()  # step 3: will be the one before
+    _steps(model, 2)
+    backup._save_model()  # step 5: the latest
+    latest, before = backup._weights_path, backup._prev_weights_path
+    assert os.path.exists(before) and not _partial_files(tmp_path)
+
+    with open(latest, "r+b") as f:  # truncated, as by a crash or a copy cut short
+        f.truncate(os.path.getsize(latest) // 2)
+    resumed = _compiled_model()
+    restore = ResumableBackup(str(tmp_path / "backup"), steps_per_epoch=100, save_freq=1)
+    restore.set_model(resumed)
+    restore.on_train_begin()
+    assert restore.restored_step == optimizer_step(resumed) == 3
+    assert os.path.exists(latest) and not os.path.exists(before)  # the good one took its place
+
+    with open(latest, "r+b") as f:
+        f.truncate(100)
+    again = ResumableBackup(str(tmp_path / "backup"), steps_per_epoch=100, save_freq=1)
+    again.set_model(_compiled_model())
+    with pytest.raises(ValueError, match=r"backups in .* are damaged \(latest\), so it cannot resume"):
+        again.on_train_begin()
+
+
+def test_a_full_disk_during_a_backup_keeps_the_last_one_and_names_the_file(tmp_path, monkeypatch, report):
+    model = _compiled_model()
+    backup = ResumableBackup(str(tmp_path / "backup"), steps_per_epoch=100, save_freq=1)
+    backup.set_model(model)
+    backup._save_model()
+    _steps(model, 2)
+    backup._save_model()
+    saved = {p: open(p, "rb").read() for p in (backup._weights_path, backup._prev_weights_path)}
+
+    def no_space(path, overwrite=True):
+        with open(path, "wb") as f:
+            f.write(b"half")
+        raise OSError(errno.ENOSPC, "No space left on device", path)
+
+    monkeypatch.setattr(model, "save_weights", no_space)
+    with pytest.raises(
+        DiskFullError, match=r"No space left to write .*latest.weights.h5 \(it needs about"
+    ) as full:
+        backup._save_model()
+    # It tried again without the older backup, and failed again: the latest is untouched.
+    assert open(backup._weights_path, "rb").read() == saved[backup._weights_path]
+    assert not _partial_files(tmp_path)
+    report["load"]["No space for a backup (the weights' write fails)"] = (
+        f"{_readable(str(full.value), tmp_path)}; the latest backup is untouched and no partial file is left"
+    )
+
+
+def test_an_export_on_a_full_disk_leaves_no_version_behind_and_works_once_there_is_room(
+    colour_teacher, small_disk, capsys, report
+):
+    from keras_vit.cli import main
+    from keras_vit.export_folder import BATCHING_FILE, TFLITE_FILE, files_folder
+    from keras_vit.runtimes import open_model
+
+    exports = small_disk / "exports"
+    command = ["export", str(colour_teacher), "--output", str(exports), "--no-verify", "--quantize", "none"]
+    command += ["--format", "saved_model,tflite"]
+    assert main(command) == 0
+    home = exports / "colour_teacher"
+    capsys.readouterr()
+
+    filler = fill(small_disk)
+    assert main(command) == 1
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"keras-vit export: error: No space left to write {files_folder(home, 2)}"), line
+    assert sorted(os.listdir(home)) == ["1", BATCHING_FILE, "export-1"]  # no version 2, no staging
+    images = np.full((1, 32, 32, 3), 200, np.float32)
+    expected = open_model(colour_teacher).predict(images)
+    for version_1 in (home / "1", home / "export-1" / TFLITE_FILE):
+        np.testing.assert_allclose(open_model(version_1).predict(images), expected, atol=1e-5)
+
+    filler.unlink()
+    assert main(command) == 0
+    assert sorted(os.listdir(home)) == ["1", "2", BATCHING_FILE, "export-1", "export-2"]
+    report["load"]["`keras-vit export` on a full disk"] = (
+        f"exit 1 and one line: {_readable(line, small_disk)}; version 1 still loads and answers as "
+        f"before, no version 2 or staging folder is left; once the space is freed, version 2 is exported"
+    )
+
+
+PEAK_RSS_ON_EXIT = """
+import atexit, sys
+atexit.register(lambda: print("peak_rss_kb", next(
+    line.split()[1] for line in open("/proc/self/status") if line.startswith("VmHWM:")), file=sys.stderr))
+from keras_vit_cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_predict_on_5000_paths_prints_as_it_goes_in_bounded_memory(
+    export_folder, image_folder, tmp_path, report
+):
+    """`keras-vit predict` given 5,000 paths (real photos, hard links, and a few bad files):
+    the first answers print while it is still working, and its peak memory is that of 100 paths."""
+    photos = sorted(image_folder.glob("*.png"))
+    folder = tmp_path / "big"
+    folder.mkdir()
+    paths = []
+    for i in range(5000):
+        path = folder / f"{i:04d}.png"
+        if i % 1000 == 999:
+            path.write_bytes(b"not an image")
+        else:
+            os.link(photos[i % len(photos)], path)
+        paths.append(str(path))
+    model = os.path.join(export_folder["folder"], "model.tflite")
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+
+    def run(paths):
+        command = [sys.executable, "-c", PEAK_RSS_ON_EXIT, "predict", model, *paths, "--top-k", "1"]
+        process = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+        )
+        start = time.perf_counter()
+        first = process.stdout.readline()
+        first_seconds, still_running = time.perf_counter() - start, process.poll() is None
+        rest, stderr = process.communicate(timeout=600)
+        lines = [first, *rest.splitlines(keepends=True)]
+        peak_mb = int(re.search(r"peak_rss_kb (\d+)", stderr).group(1)) / 1024
+        return lines, first_seconds, still_running, time.perf_counter() - start, peak_mb, process.returncode
+
+    lines, first_seconds, still_running, seconds, peak_mb, returncode = run(paths)
+    assert returncode == 1 and len(lines) == 5000  # 5 bad files: exit 1, every path answered
+    assert sum(": error: " in line for line in lines) == 5
+    assert [line.split(":")[0] for line in lines] == paths  # in order
+    assert still_running, "nothing was printed before the end"
+    small_peak_mb = run(paths[:100])[4]
+    assert peak_mb - small_peak_mb < 40, (peak_mb, small_peak_mb)
+    report["load"]["`keras-vit predict` on 5,000 paths"] = (
+        f"the first answer printed after {first_seconds:.1f} s, all 5,000 in {seconds:.0f} s, in order, "
+        f"the 5 bad files with their line (exit 1); peak RSS {peak_mb:.0f} MB, against "
+        f"{small_peak_mb:.0f} MB for 100 paths"
+    )
