@@ -4,6 +4,7 @@ import os
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # the desktop app's tests need no display
 
 try:
     # PyTorch must load before TensorFlow: importing torchvision (through timm) after

@@ -7,8 +7,6 @@ import subprocess
 import sys
 import time
 
-os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
-
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 

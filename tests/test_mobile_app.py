@@ -116,6 +116,65 @@ def test_top1_equals_python_litert_on_every_test_image(page, model_path, test_im
     assert "ms" in page.text_content("[data-testid=timing]")
 
 
+@pytest.fixture(scope="module")
+def gpu_phone(phone):
+    with phone.with_webgpu() as opened:
+        yield opened
+
+
+def test_on_a_gpu_the_app_checks_it_then_gives_the_cpus_answers(
+    gpu_phone, app_url, model_path, test_images, record_parity
+):
+    """Chromium's software WebGPU adapter (SwiftShader) stands in for a phone's GPU: the app
+    checks the GPU against WebAssembly on its test image, takes it, and on every test image
+    gives the CPU's top 5 in the same order and its probabilities."""
+    context = gpu_phone.new_context()
+    try:
+        page = browser.open_app(context, app_url)
+        assert page.evaluate("window.kerasVit.accelerator") == "webgpu", page.text_content("#status")
+        check = page.evaluate("window.kerasVit.gpuCheck")
+        assert check["agree"] and check["sameTopK"] and check["maxDifference"] <= 1e-3
+        assert "LiteRT.js on GPU (WebGPU)" in page.text_content("#status")
+        worst = 0.0
+        for path in test_images:
+            assert browser.classify(page, path)["error"] is None, path.name
+            on_gpu = np.asarray(page.evaluate("Array.from(window.kerasVit.lastProbabilities)"))
+            on_cpu = _python_litert(model_path, path)[1]  # LiteRT's CPU, as WebAssembly gives it (above)
+            assert list(np.argsort(-on_gpu)[:5]) == list(np.argsort(-on_cpu)[:5]), path.name
+            worst = max(worst, np.abs(on_gpu - on_cpu).max())
+    finally:
+        context.close()
+    assert (
+        record_parity("mobile app on WebGPU (SwiftShader) vs LiteRT CPU: probabilities", worst, 1e-3) <= 1e-3
+    )
+
+
+def test_a_gpu_that_disagrees_with_the_cpu_is_not_used_and_the_page_says_so(gpu_phone, app_url, test_images):
+    """A disagreement forced by serving app.js with a tolerance no answer can meet: the app stays
+    on WebAssembly, says why, and classifies."""
+    context = gpu_phone.new_context(service_workers="block")  # every file from the server, routed
+
+    def strict_app_js(route):
+        source = route.fetch().text()
+        assert "const GPU_TOLERANCE = 1e-3;" in source
+        route.fulfill(body=source.replace("const GPU_TOLERANCE = 1e-3;", "const GPU_TOLERANCE = -1;"),
+                      content_type="text/javascript")  # fmt: skip
+
+    try:
+        context.route("**/app.js", strict_app_js)
+        page = browser.open_app(context, app_url)
+        assert page.evaluate("window.kerasVit.accelerator") == "wasm"
+        assert page.evaluate("window.kerasVit.gpuCheck.agree") is False
+        status = page.text_content("#status")
+        assert (
+            "LiteRT.js on CPU (WebAssembly) (the GPU gave other answers than the CPU on a test image)"
+            in status
+        )
+        assert browser.classify(page, test_images[0])["error"] is None
+    finally:
+        context.close()
+
+
 def test_the_page_reads_what_the_model_says(page, model_path):
     description = describe_model(model_path)
     assert page.evaluate("window.kerasVit.info.labels") == description["labels"]

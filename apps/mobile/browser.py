@@ -21,6 +21,9 @@ CHROMIUM_ARGS = (
     "--use-fake-device-for-media-stream",
     "--use-fake-ui-for-media-stream",
 )
+# WebGPU where there is no GPU (headless, CI): Chromium's software adapter (SwiftShader), which
+# --disable-gpu would turn off.
+WEBGPU_ARGS = tuple(arg for arg in CHROMIUM_ARGS if arg != "--disable-gpu") + ("--enable-unsafe-webgpu",)
 LOAD_TIMEOUT_MS = 60_000
 
 
@@ -39,8 +42,18 @@ class Phone:
         self.playwright = playwright
         self.browser = browser
 
-    def new_context(self):
-        return self.browser.new_context(**self.playwright.devices[PHONE], permissions=["camera"])
+    def new_context(self, **options):
+        return self.browser.new_context(**self.playwright.devices[PHONE], permissions=["camera"], **options)
+
+    @contextlib.contextmanager
+    def with_webgpu(self):
+        """A second `Phone` on the same Playwright whose Chromium has WebGPU (a software adapter
+        where the machine has no GPU)."""
+        browser = self.playwright.chromium.launch(executable_path=find_chromium(), args=list(WEBGPU_ARGS))
+        try:
+            yield Phone(self.playwright, browser)
+        finally:
+            browser.close()
 
 
 @contextlib.contextmanager

@@ -31,8 +31,8 @@ from keras_vit.runtimes import TOP_K, TFLiteRunner
 HERE = Path(__file__).resolve().parent
 WEB = HERE / "web"
 PAGE_FILES = ("index.html", "app.js", "preprocess.js", "style.css")
-# LiteRT.js picks the relaxed-SIMD build where the browser has it, else the compatible one;
-# the threaded and JSPI builds are not used (they need cross-origin isolation or WebNN).
+# LiteRT.js picks the relaxed-SIMD build where the browser has it, else the compatible one, and
+# the JSPI build for WebGPU; the threaded build is not used (it needs cross-origin isolation).
 VENDOR_FILES = (
     "@litertjs/core/dist/index.js",
     "@litertjs/wasm-utils/dist/index.js",
@@ -40,6 +40,8 @@ VENDOR_FILES = (
     "@litertjs/core/wasm/litert_wasm_internal.wasm",
     "@litertjs/core/wasm/litert_wasm_compat_internal.js",
     "@litertjs/core/wasm/litert_wasm_compat_internal.wasm",
+    "@litertjs/core/wasm/litert_wasm_jspi_internal.js",  # WebGPU runs from the JSPI build
+    "@litertjs/core/wasm/litert_wasm_jspi_internal.wasm",
 )
 ICON_SIZES = (192, 512)
 INPUT_TYPES = ("float32", "uint8", "int8")

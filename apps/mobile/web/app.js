@@ -4,12 +4,14 @@
 // .tflite's own metadata.
 
 import {isWebGPUSupported, loadAndCompile, loadLiteRt, Tensor} from '@litertjs/core';
-import {resizeRgba, toModelInput, toProbabilities, topK} from './preprocess.js';
+import {resizeRgba, sameAnswers, testPattern, toModelInput, toProbabilities, topK} from './preprocess.js';
 
 const MAX_SIDE = 2048; // photos are read at most this large, as keras_vit.images.load_image does
 const LIVE_MAX_SIDE = 640; // camera frames: small enough to classify many per second
 const WASM_FOLDER = './vendor/@litertjs/core/wasm/';
 const ACCELERATOR_NAMES = {wasm: 'CPU (WebAssembly)', webgpu: 'GPU (WebGPU)'};
+// The GPU is used only when its probabilities on a test image are the CPU's to within this.
+const GPU_TOLERANCE = 1e-3;
 
 const $ = (id) => document.getElementById(id);
 
@@ -24,6 +26,7 @@ const app = {
   lastProbabilities: null,
   live: null, // {stream, frames} while the camera runs
   ready: null,
+  gpuCheck: null, // {agree, sameTopK, maxDifference} when the GPU was tried
 };
 window.kerasVit = app;
 
@@ -59,9 +62,11 @@ async function fetchOrExplain(url, what) {
 
 async function chooseAccelerator() {
   // ?accelerator=wasm forces the CPU; by default WebGPU is used where the device has a GPU.
+  // LiteRT.js runs WebGPU from its JSPI build only (WebAssembly.Suspending): elsewhere, the CPU.
   const asked = new URLSearchParams(location.search).get('accelerator');
-  if (asked === 'wasm' || asked === 'webgpu') return asked;
-  if (!isWebGPUSupported()) return 'wasm';
+  if (asked === 'wasm') return asked;
+  if (!isWebGPUSupported() || !('Suspending' in WebAssembly)) return 'wasm';
+  if (asked === 'webgpu') return asked;
   const adapter = await navigator.gpu.requestAdapter().catch(() => null);
   return adapter ? 'webgpu' : 'wasm';
 }
@@ -78,11 +83,31 @@ async function compile(bytes, accelerator, file) {
   }
 }
 
+// The GPU's answer on a test image against the CPU's: [model, accelerator], the GPU's only
+// when they agree (app.gpuCheck says how close they were, or what failed on the GPU).
+async function checkedGpu(gpuModel, bytes, info) {
+  const cpuModel = await loadAndCompile(bytes, {accelerator: 'wasm'});
+  const [height, width] = info.imageSize;
+  const input = toModelInput(testPattern(height, width), info);
+  try {
+    app.model = gpuModel;
+    const gpuAnswer = toProbabilities(await run(input), info);
+    app.model = cpuModel;
+    const cpuAnswer = toProbabilities(await run(input), info);
+    app.gpuCheck = sameAnswers(gpuAnswer, cpuAnswer, info.topK, GPU_TOLERANCE);
+  } catch (error) {
+    app.gpuCheck = {agree: false, error: String(error.message || error)};
+  }
+  (app.gpuCheck.agree ? cpuModel : gpuModel).delete();
+  return app.gpuCheck.agree ? [gpuModel, 'webgpu'] : [cpuModel, 'wasm'];
+}
+
 async function loadModel() {
   const info = await (await fetchOrExplain('model.json', 'The model description')).json();
   const bytes = new Uint8Array(await (await fetchOrExplain(info.file, 'The model')).arrayBuffer());
-  await loadLiteRt(WASM_FOLDER);
-  const [model, accelerator] = await compile(bytes, await chooseAccelerator(), info.file);
+  const wanted = await chooseAccelerator();
+  await loadLiteRt(WASM_FOLDER, wanted === 'webgpu' ? {jspi: true} : {});
+  let [model, accelerator] = await compile(bytes, wanted, info.file);
 
   const [height, width] = info.imageSize;
   const inputShape = Array.from(model.getInputDetails()[0].shape);
@@ -96,11 +121,19 @@ async function loadModel() {
     throw new Error(`${info.file} has no output of ${info.labels.length} class probabilities.`);
   }
   Object.assign(app, {info, model, accelerator});
+  if (accelerator === 'webgpu') [model, accelerator] = await checkedGpu(model, bytes, info);
+  Object.assign(app, {model, accelerator});
   // One run on a blank image: the first run sets up the kernels, and should not count as a photo's time.
   await run(toModelInput(new Float32Array(height * width * 3), info));
   $('model-name').textContent = info.name;
   document.title = `${info.name} · keras-vit`;
-  setStatus(`${info.labels.length} classes · ${width}×${height} · LiteRT.js on ${ACCELERATOR_NAMES[accelerator]}`);
+  setStatus(`${info.labels.length} classes · ${width}×${height} · LiteRT.js on ${ACCELERATOR_NAMES[accelerator]}${whyNotGpu()}`);
+}
+
+function whyNotGpu() {
+  if (!app.gpuCheck || app.gpuCheck.agree) return '';
+  if (app.gpuCheck.error) return ' (the GPU failed on a test image)';
+  return ' (the GPU gave other answers than the CPU on a test image)';
 }
 
 // ---- classification --------------------------------------------------------------------

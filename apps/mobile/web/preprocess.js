@@ -121,3 +121,26 @@ export function topK(probabilities, labels, k) {
   const order = Array.from(probabilities.keys()).sort((a, b) => probabilities[b] - probabilities[a] || a - b);
   return order.slice(0, k).map((index) => ({index, name: labels[index] ?? `class ${index}`, probability: probabilities[index]}));
 }
+
+// Whether a GPU's probabilities are the CPU's: the same top-k classes in the same order and
+// every probability within `tolerance`. LiteRT's GPU path has returned wrong answers without an
+// error (google-ai-edge/LiteRT #8913, BATCH_MATMUL's adj_x/adj_y), and a ViT's attention is
+// made of BATCH_MATMUL: the app checks before it trusts the GPU.
+export function sameAnswers(gpu, cpu, k, tolerance) {
+  const order = (values) => Array.from(values.keys()).sort((a, b) => values[b] - values[a]).slice(0, k);
+  const maxDifference = Math.max(...Array.from(gpu, (value, i) => Math.abs(value - cpu[i])));
+  const sameTopK = order(gpu).join() === order(cpu).join();
+  return {agree: sameTopK && maxDifference <= tolerance, sameTopK, maxDifference};
+}
+
+// A fixed test image for that check: pseudo-random pixels in [0, 255] (a blank image would
+// hide a wrong matrix product), the same on every device.
+export function testPattern(height, width) {
+  const pixels = new Float32Array(height * width * 3);
+  let state = 12345;
+  for (let i = 0; i < pixels.length; i++) {
+    state = (Math.imul(state, 1103515245) + 12345) >>> 0;
+    pixels[i] = (state >>> 16) % 256;
+  }
+  return pixels;
+}
