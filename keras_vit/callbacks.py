@@ -94,6 +94,13 @@ class ResumableBackup(keras.callbacks.BackupAndRestore):
         self.model._initial_epoch = self.restored_step // self.steps_per_epoch
 
     def _save_model(self):
+        try:
+            self._save_backup()
+        except DiskFullError as error:
+            # Whichever file it was, what the run needs is room for a backup.
+            raise DiskFullError(self.backup_dir, max(error.needed, size_of(self._weights_path))) from None
+
+    def _save_backup(self):
         os.makedirs(self.backup_dir, exist_ok=True)
         partial = os.path.join(self.backup_dir, ".partial-latest.weights.h5")
         try:

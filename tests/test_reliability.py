@@ -297,7 +297,7 @@ def _write_report(path, tables, load):
         "## Load and faults",
         "",
         "Many requests at once, a disk that fills up, damaged backups: what the user sees and what",
-        "is left on disk, each row asserted and measured by its test (the 2-core CI machine).",
+        "is left on disk, each row asserted and measured by its test on the machine that ran the suite.",
         "",
         "| what | what happened |",
         "|---|---|",
@@ -600,9 +600,7 @@ def test_serving_under_load_answers_every_request_as_it_answers_one(export_folde
     )
 
 
-def test_the_phone_apps_server_serves_50_clients_loading_the_whole_app_at_once(
-    export_folder, report, tmp_path
-):
+def test_the_phone_apps_server_serves_50_clients_loading_the_app_at_once(export_folder, report, tmp_path):
     """50 clients at once, each fetching every file of the app (the service worker's list plus
     sw.js): every answer 200 with the file's bytes, and no server thread left behind."""
     import threading
@@ -721,15 +719,19 @@ def test_a_disk_that_fills_mid_training_loses_nothing_and_the_same_command_resum
     assert load_trained_model(run).class_names == ["blue", "green", "red"]  # the best model so far
 
     filler.unlink()
+    model_file = run / "model.keras"
+    with open(model_file, "r+b") as f:  # and the best model truncated, as by a copy cut short
+        f.truncate(os.path.getsize(model_file) // 3)
     finished = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     assert finished.returncode == 0, finished.stderr[-2000:]
+    assert load_trained_model(run).class_names == ["blue", "green", "red"]  # a new one was saved
     epochs = [row.split(",")[0] for row in log.read_text().splitlines()[1:]]
     assert epochs[:2] == ["0", "1"] and epochs.count("0") == 1  # resumed, not started over
     assert sorted(set(epochs)) == ["0", "1", "2", "3", "4"]
     report["load"]["`keras-vit train` on a disk that fills up after 2 of 5 epochs"] = (
-        f"exit 1 and one line: {_readable(line, small_disk)}; the best model.keras so far loads, no "
-        f"partial file is left; once the space is freed, the same command resumes at epoch "
-        f"{epochs[2]} and finishes the 5 epochs"
+        f'exit 1 and one line: "{_readable(line, small_disk)}"; the best model.keras so far loads, no '
+        f"partial file is left; once the space is freed (and model.keras truncated), the same command "
+        f"resumes at epoch {epochs[2]}, finishes the 5 epochs and saves a whole model.keras"
     )
 
 
@@ -768,8 +770,16 @@ def test_a_damaged_backup_resumes_from_the_one_before_and_two_refuse_in_one_line
         f.truncate(100)
     again = ResumableBackup(str(tmp_path / "backup"), steps_per_epoch=100, save_freq=1)
     again.set_model(_compiled_model())
-    with pytest.raises(ValueError, match=r"backups in .* are damaged \(latest\), so it cannot resume"):
+    with pytest.raises(
+        ValueError, match=r"backups in .* are damaged \(latest\), so it cannot resume"
+    ) as refused:
         again.on_train_begin()
+    report["load"]["A run whose latest backup is truncated"] = (
+        "resumes from the backup before it (at the step that one holds), which takes the damaged one's place"
+    )
+    report["load"]["A run whose backups are all truncated"] = (
+        f'refuses in one line: "{_readable(str(refused.value), tmp_path)}"'
+    )
 
 
 def test_a_full_disk_during_a_backup_keeps_the_last_one_and_names_the_file(tmp_path, monkeypatch, report):
@@ -787,15 +797,13 @@ def test_a_full_disk_during_a_backup_keeps_the_last_one_and_names_the_file(tmp_p
         raise OSError(errno.ENOSPC, "No space left on device", path)
 
     monkeypatch.setattr(model, "save_weights", no_space)
-    with pytest.raises(
-        DiskFullError, match=r"No space left to write .*latest.weights.h5 \(it needs about"
-    ) as full:
+    with pytest.raises(DiskFullError, match=r"No space left to write .*backup \(it needs about") as full:
         backup._save_model()
     # It tried again without the older backup, and failed again: the latest is untouched.
     assert open(backup._weights_path, "rb").read() == saved[backup._weights_path]
     assert not _partial_files(tmp_path)
     report["load"]["No space for a backup (the weights' write fails)"] = (
-        f"{_readable(str(full.value), tmp_path)}; the latest backup is untouched and no partial file is left"
+        f'"{_readable(str(full.value), tmp_path)}"; the latest backup is untouched, no partial file is left'
     )
 
 
@@ -827,7 +835,7 @@ def test_an_export_on_a_full_disk_leaves_no_version_behind_and_works_once_there_
     assert main(command) == 0
     assert sorted(os.listdir(home)) == ["1", "2", BATCHING_FILE, "export-1", "export-2"]
     report["load"]["`keras-vit export` on a full disk"] = (
-        f"exit 1 and one line: {_readable(line, small_disk)}; version 1 still loads and answers as "
+        f'exit 1 and one line: "{_readable(line, small_disk)}"; version 1 still loads and answers as '
         f"before, no version 2 or staging folder is left; once the space is freed, version 2 is exported"
     )
 
@@ -845,7 +853,7 @@ def test_predict_on_5000_paths_prints_as_it_goes_in_bounded_memory(
     export_folder, image_folder, tmp_path, report
 ):
     """`keras-vit predict` given 5,000 paths (real photos, hard links, and a few bad files):
-    the first answers print while it is still working, and its peak memory is that of 100 paths."""
+    the first answers print while it is still working, and its memory stays what it was then."""
     photos = sorted(image_folder.glob("*.png"))
     folder = tmp_path / "big"
     folder.mkdir()
@@ -858,34 +866,30 @@ def test_predict_on_5000_paths_prints_as_it_goes_in_bounded_memory(
             os.link(photos[i % len(photos)], path)
         paths.append(str(path))
     model = os.path.join(export_folder["folder"], "model.tflite")
+    command = [sys.executable, "-c", PEAK_RSS_ON_EXIT, "predict", model, *paths, "--top-k", "1"]
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    start = time.perf_counter()
+    first = process.stdout.readline()
+    first_seconds, still_running = time.perf_counter() - start, process.poll() is None
+    status = open(f"/proc/{process.pid}/status").read() if still_running else ""
+    at_first_mb = int(re.search(r"VmRSS:\s+(\d+)", status).group(1)) / 1024 if still_running else 0
+    rest = process.stdout.read()  # not communicate(): it would skip what readline buffered
+    stderr = process.stderr.read()
+    process.wait(timeout=600)
+    seconds = time.perf_counter() - start
+    lines = [first, *rest.splitlines(keepends=True)]
+    peak_mb = int(re.search(r"peak_rss_kb (\d+)", stderr).group(1)) / 1024
 
-    def run(paths):
-        command = [sys.executable, "-c", PEAK_RSS_ON_EXIT, "predict", model, *paths, "--top-k", "1"]
-        process = subprocess.Popen(
-            command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
-        )
-        start = time.perf_counter()
-        first = process.stdout.readline()
-        first_seconds, still_running = time.perf_counter() - start, process.poll() is None
-        rest = process.stdout.read()  # not communicate(): it would skip what readline buffered
-        stderr = process.stderr.read()
-        process.wait(timeout=600)
-        lines = [first, *rest.splitlines(keepends=True)]
-        peak_mb = int(re.search(r"peak_rss_kb (\d+)", stderr).group(1)) / 1024
-        return lines, first_seconds, still_running, time.perf_counter() - start, peak_mb, process.returncode
-
-    lines, first_seconds, still_running, seconds, peak_mb, returncode = run(paths)
-    assert returncode == 1 and len(lines) == 5000  # 5 bad files: exit 1, every path answered
+    assert process.returncode == 1 and len(lines) == 5000  # 5 bad files: exit 1, every path answered
     assert sum(": error: " in line for line in lines) == 5
     assert [line.split(":")[0] for line in lines] == paths  # in order
     assert still_running, "nothing was printed before the end"
-    small_peak_mb = run(paths[:100])[4]
-    assert peak_mb - small_peak_mb < 40, (peak_mb, small_peak_mb)
+    assert peak_mb - at_first_mb < 40, (peak_mb, at_first_mb)
     report["load"]["`keras-vit predict` on 5,000 paths"] = (
         f"the first answer printed after {first_seconds:.1f} s, all 5,000 in {seconds:.0f} s, in order, "
-        f"the 5 bad files with their line (exit 1); peak RSS {peak_mb:.0f} MB, against "
-        f"{small_peak_mb:.0f} MB for 100 paths"
+        f"the 5 bad files with their line (exit 1); RSS {at_first_mb:.0f} MB at the first answer, "
+        f"peak {peak_mb:.0f} MB"
     )
 
 
