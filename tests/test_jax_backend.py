@@ -82,11 +82,14 @@ def test_jax_trains_resumes_after_sigkill_evaluates_and_exports_under_tensorflow
 
 DATA_PARALLEL = """
 import json, sys
+import jax
 from keras_vit.train import train
 from keras_vit.train_config import TrainConfig
-run = train(TrainConfig(**json.loads(sys.argv[1])))
-print(json.dumps({"loss": run.summary["history"]["loss"], "devices": __import__("jax").device_count(),
-                  "teacher": run.summary["teacher"]["kind"]}))
+runs = {}
+for config in json.loads(sys.argv[1]):  # one process: each run places itself (distribute.placement)
+    summary = train(TrainConfig(**config)).summary
+    runs[config["strategy"]] = {"loss": summary["history"]["loss"], "teacher": summary["teacher"]["kind"]}
+print(json.dumps({"runs": runs, "devices": jax.device_count()}))
 """
 
 
@@ -97,23 +100,32 @@ def test_data_parallel_over_two_devices_matches_one_device_even_distilling_from_
     (keras.distribution.DataParallel): the losses equal one device's to 1e-4. The student is
     distilled from a `.tflite` teacher, the hardest case: a host callback (jax.pure_callback)
     inside the sharded, compiled step."""
-    losses = {}
-    for strategy in ("one-device", "mirrored"):
-        config = dict(
-            dataset=colors_dataset, output=str(tmp_path / strategy), epochs=2, batch_size=8,
-            validation_split=0.25, overrides={**TINY_MODEL, "distillation_token": True}, crop="none",
-            drop_path_rate=0.0, strategy=strategy, clipnorm=0.05, teacher=colour_teacher_tflite,
+    configs = [
+        dict(
+            dataset=colors_dataset,
+            output=str(tmp_path / strategy),
+            epochs=2,
+            batch_size=8,
+            validation_split=0.25,
+            overrides={**TINY_MODEL, "distillation_token": True},
+            crop="none",
+            drop_path_rate=0.0,
+            strategy=strategy,
+            clipnorm=0.05,
+            teacher=colour_teacher_tflite,
         )  # fmt: skip
-        result = subprocess.run(
-            [sys.executable, "-c", DATA_PARALLEL, json.dumps(config)],
-            env=_env("jax", XLA_FLAGS="--xla_force_host_platform_device_count=2"),
-            capture_output=True, text=True, timeout=300,
-        )  # fmt: skip
-        assert result.returncode == 0, result.stderr[-3000:]
-        report = json.loads(result.stdout.strip().splitlines()[-1])
-        assert report["devices"] == 2 and report["teacher"] == "tflite"
-        losses[strategy] = report["loss"]
-    np.testing.assert_allclose(losses["mirrored"], losses["one-device"], rtol=1e-4)
+        for strategy in ("one-device", "mirrored")
+    ]
+    result = subprocess.run(
+        [sys.executable, "-c", DATA_PARALLEL, json.dumps(configs)],
+        env=_env("jax", XLA_FLAGS="--xla_force_host_platform_device_count=2"),
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    runs = report["runs"]
+    assert report["devices"] == 2 and {run["teacher"] for run in runs.values()} == {"tflite"}
+    np.testing.assert_allclose(runs["mirrored"]["loss"], runs["one-device"]["loss"], rtol=1e-4)
 
 
 def test_multi_worker_on_jax_is_refused_up_front_with_what_to_use(colors_dataset, tmp_path):

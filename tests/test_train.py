@@ -75,11 +75,14 @@ def test_train_writes_a_complete_run_folder_and_learns(finished_run):
     assert oct(os.stat(folder / "class_names.json").st_mode & 0o777) != oct(0o600)
 
 
-def test_ema_validates_saves_and_returns_the_moving_average_of_the_weights(colors_dataset, tmp_path):
+def test_ema_validates_saves_and_returns_the_moving_average_of_the_weights(
+    finished_run, colors_dataset, tmp_path
+):
     """At momentum 0.999 over 6 steps the average barely leaves the initial weights: the run
-    with --ema returns and saves those, while the same run without it moves away."""
+    with --ema returns and saves those, while a run without it (the shared one: the same
+    initial weights, from the same seed) moves away."""
     changes = dict(epochs=1, crop="none", flip=False, learning_rate=3e-3)
-    plain = train(_config(colors_dataset, tmp_path / "plain", **changes))
+    plain = finished_run[0]
     averaged = train(_config(colors_dataset, tmp_path / "ema", ema=0.999, **changes))
     config = _config(colors_dataset, tmp_path / "unused", **changes).resolved()
     keras.utils.set_random_seed(config.seed)  # as train() does before building
