@@ -23,11 +23,13 @@ import pytest  # noqa: E402
 # (--no-loadscope-reorder): a slow file left for last would run alone at the end.
 SLOWEST_FILES = (
     "test_train.py",
+    "test_reliability.py",
     "test_jax_backend.py",
-    "test_benchmarks.py",
     "test_export.py",
     "test_mobile_app.py",
+    "test_benchmarks.py",
     "test_desktop_app.py",
+    "test_distillation.py",
 )
 
 
