@@ -371,7 +371,7 @@ def test_an_export_killed_at_any_point_leaves_no_version_tf_serving_would_load(t
                 assert entry.name.startswith((".partial-", "export-", BATCHING_FILE)), entry.name
 
     kills = 0
-    for _ in range(3):
+    for _ in range(2):
         process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(picker.uniform(4.0, 14.0))  # from TensorFlow's import to the last rename
         if process.poll() is None:

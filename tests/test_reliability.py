@@ -38,7 +38,7 @@ NOT_APPLICABLE = "n/a"
 LOAD_SCENARIOS = (
     "TF Serving signature, 8 threads x 200 requests",
     "Phone app server, 50 clients loading the app at once",
-    "`keras-vit train` on a disk that fills up after 2 of 5 epochs",
+    "`keras-vit train` on a disk that fills up after 1 of 4 epochs",
     "No space for a backup (the weights' write fails)",
     "A run whose latest backup is truncated",
     "A run whose backups are all truncated",
@@ -696,7 +696,7 @@ def test_a_disk_that_fills_mid_training_loses_nothing_and_the_same_command_resum
     run = small_disk / "run"
     command = [
         sys.executable, "-m", "keras_vit", "train", "--dataset", colors_dataset, "--output", str(run),
-        "--epochs", "5", "--batch-size", "8", "--validation-split", "0.25", "--backup-every-steps", "2",
+        "--epochs", "4", "--batch-size", "8", "--validation-split", "0.25", "--backup-every-steps", "2",
         "--no-jit-compile", *TINY_FLAGS,
     ]  # fmt: skip
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
@@ -704,7 +704,7 @@ def test_a_disk_that_fills_mid_training_loses_nothing_and_the_same_command_resum
     log = run / "log.csv"
     deadline = time.time() + 240
     while process.poll() is None and time.time() < deadline:
-        if log.exists() and len(log.read_text().splitlines()) >= 3:  # two epochs logged
+        if log.exists() and len(log.read_text().splitlines()) >= 2:  # an epoch logged
             break
         time.sleep(0.1)
     assert process.poll() is None, "the run ended before the disk filled"
@@ -726,12 +726,12 @@ def test_a_disk_that_fills_mid_training_loses_nothing_and_the_same_command_resum
     assert finished.returncode == 0, finished.stderr[-2000:]
     assert load_trained_model(run).class_names == ["blue", "green", "red"]  # a new one was saved
     epochs = [row.split(",")[0] for row in log.read_text().splitlines()[1:]]
-    assert epochs[:2] == ["0", "1"] and epochs.count("0") == 1  # resumed, not started over
-    assert sorted(set(epochs)) == ["0", "1", "2", "3", "4"]
-    report["load"]["`keras-vit train` on a disk that fills up after 2 of 5 epochs"] = (
+    assert epochs[0] == "0" and epochs.count("0") == 1  # resumed, not started over
+    assert sorted(set(epochs)) == ["0", "1", "2", "3"]
+    report["load"]["`keras-vit train` on a disk that fills up after 1 of 4 epochs"] = (
         f'exit 1 and one line: "{_readable(line, small_disk)}"; the best model.keras so far loads, no '
         f"partial file is left; once the space is freed (and model.keras truncated), the same command "
-        f"resumes at epoch {epochs[2]}, finishes the 5 epochs and saves a whole model.keras"
+        f"resumes at epoch {epochs[1]}, finishes the 4 epochs and saves a whole model.keras"
     )
 
 
@@ -903,7 +903,7 @@ def test_the_desktop_app_on_a_folder_of_5000_images_stays_responsive_and_cancels
     qtbot, export_folder, image_folder, tmp_path, report
 ):
     """The folder table on 5,000 images (hard links to real photos): the window keeps handling
-    events while rows arrive, memory stays put, and Cancel at 2,000 rows stops within a second."""
+    events while rows arrive, memory stays put, and Cancel at 1,000 rows stops within a second."""
     from PySide6.QtCore import QSettings, QTimer
 
     from keras_vit.apps.desktop.window import MainWindow
@@ -925,7 +925,7 @@ def test_the_desktop_app_on_a_folder_of_5000_images_stays_responsive_and_cancels
     open("/proc/self/clear_refs", "w").write("5")  # the peak from here on
     before = _rss_mb("VmRSS")
     window.classify_folder(folder)
-    qtbot.waitUntil(lambda: len(window.rows) >= 2000, timeout=300_000)
+    qtbot.waitUntil(lambda: len(window.rows) >= 1000, timeout=300_000)
     with qtbot.waitSignal(window.folder_finished, timeout=5_000) as finished:
         cancelled_at = time.perf_counter()
         window.cancel_folder()
@@ -934,7 +934,7 @@ def test_the_desktop_app_on_a_folder_of_5000_images_stays_responsive_and_cancels
     growth = _rss_mb("VmHWM") - before
 
     rows = len(finished.args[0])
-    assert 2000 <= rows < 5000 and "cancelled" in window.folder_label.text()
+    assert 1000 <= rows < 5000 and "cancelled" in window.folder_label.text()
     assert stop_seconds < 1.0
     longest_gap = max(b - a for a, b in zip(ticks, ticks[1:], strict=False))
     assert longest_gap < 0.5, f"the window froze for {longest_gap:.2f} s"
