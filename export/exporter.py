@@ -230,9 +230,10 @@ class _Staging:
             os.rename(self.saved_model, os.path.join(self.home, str(self.version)))
 
     def __exit__(self, kind, error, traceback):
-        written = folder_size(self.path)
+        disk_full = error is not None and is_disk_full(error)
+        written = folder_size(self.path) if disk_full else 0
         shutil.rmtree(self.path, ignore_errors=True)
-        if error is not None and is_disk_full(error):
+        if disk_full:
             # TensorFlow, LiteRT and ONNX report a full disk in their own error types: one line
             # instead, naming the version and about the space it takes.
             last = [files_folder(self.home, self.version - 1), os.path.join(self.home, str(self.version - 1))]

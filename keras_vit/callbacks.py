@@ -9,11 +9,12 @@ logs only once per `steps_per_execution` steps).
 import logging
 import math
 import os
+import shutil
 import time
 
 import keras
 
-from keras_vit.files import DiskFullError, atomic_write, is_disk_full, size_of, write_json
+from keras_vit.files import DiskFullError, atomic_write, size_of, write_json
 
 logger = logging.getLogger(__name__)
 
@@ -54,9 +55,9 @@ class ResumableBackup(keras.callbacks.BackupAndRestore):
     epoch's last batch is the epoch already finished: it would be replayed
     whole. The optimizer's step count says exactly where the run was.
 
-    Keras writes the new backup over the last one; here it is written beside the last two and
-    renamed into place once whole (when the disk is too full for three, the oldest goes
-    first), so a good backup is always on disk. A resumed run reads the latest backup, else
+    Keras writes the new backup over the last one; here the last one is kept as the one before
+    and the new one is written beside it and renamed into place once whole (room for two
+    backups is enough), so a good backup is always on disk. A resumed run reads the latest backup, else
     the one before it; with neither readable it stops with one line instead of starting over.
     """
 
@@ -94,39 +95,23 @@ class ResumableBackup(keras.callbacks.BackupAndRestore):
         self.model._initial_epoch = self.restored_step // self.steps_per_epoch
 
     def _save_model(self):
+        os.makedirs(self.backup_dir, exist_ok=True)
+        if os.path.exists(self._weights_path):
+            # The last backup stays as the one before (a hard link: no space, no copy).
+            if os.path.exists(self._prev_weights_path):
+                os.remove(self._prev_weights_path)
+            try:
+                os.link(self._weights_path, self._prev_weights_path)
+            except OSError:  # a filesystem without hard links
+                shutil.copyfile(self._weights_path, self._prev_weights_path)
         try:
-            self._save_backup()
+            atomic_write(self._weights_path, lambda partial: self.model.save_weights(partial, overwrite=True))
+            # The step count in the weights says where to resume; this is Keras' own record.
+            position = {"epoch": self._current_epoch, "batch": self._last_batch_seen}
+            write_json(self._training_metadata_path, position)
         except DiskFullError as error:
             # Whichever file it was, what the run needs is room for a backup.
             raise DiskFullError(self.backup_dir, max(error.needed, size_of(self._weights_path))) from None
-
-    def _save_backup(self):
-        os.makedirs(self.backup_dir, exist_ok=True)
-        partial = os.path.join(self.backup_dir, ".partial-latest.weights.h5")
-        try:
-            self._write_weights(partial)
-        except DiskFullError:
-            if not (os.path.exists(self._weights_path) and os.path.exists(self._prev_weights_path)):
-                raise
-            os.remove(self._prev_weights_path)  # room for the new one beside the latest
-            self._write_weights(partial)
-        if os.path.exists(self._weights_path):
-            os.replace(self._weights_path, self._prev_weights_path)
-        os.replace(partial, self._weights_path)
-        # The step count in the weights says where to resume; this is Keras' own record.
-        position = {"epoch": self._current_epoch, "batch": self._last_batch_seen}
-        write_json(self._training_metadata_path, position)
-
-    def _write_weights(self, partial):
-        try:
-            self.model.save_weights(partial, overwrite=True)
-        except Exception as error:
-            needed = max(size_of(self._weights_path), size_of(partial))
-            if os.path.exists(partial):
-                os.remove(partial)
-            if is_disk_full(error):
-                raise DiskFullError(self._weights_path, needed) from None
-            raise
 
 
 class StopAtStep(keras.callbacks.Callback):

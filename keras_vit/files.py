@@ -4,6 +4,7 @@ and a full disk is one clear error (`DiskFullError`) that names the file and the
 import errno
 import json
 import os
+import pathlib
 import tempfile
 
 # A write that failed for want of space: the disk, a quota, or a file-size limit.
@@ -30,12 +31,13 @@ class DiskFullError(OSError):
 
 def human_size(count):
     """`count` bytes for people: 31 bytes, 372 KB, 1.2 MB, 3.4 GB."""
-    if count < 1000:
+    if count < 1e3:
         return f"{count} bytes"
-    for unit, size in (("KB", 1e3), ("MB", 1e6), ("GB", 1e9)):
-        if count < 1000 * size or unit == "GB":
-            return f"{count / size:.0f} {unit}" if unit == "KB" else f"{count / size:.1f} {unit}"
-    return f"{count} bytes"
+    if count < 1e6:
+        return f"{count / 1e3:.0f} KB"
+    if count < 1e9:
+        return f"{count / 1e6:.1f} MB"
+    return f"{count / 1e9:.1f} GB"
 
 
 def _free_bytes(folder):
@@ -77,7 +79,8 @@ def atomic_write(path, write):
     """
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
-    suffix = os.path.splitext(path)[1]
+    # Every suffix: Keras insists on `.weights.h5`, and `.keras`, for what it writes.
+    suffix = "".join(pathlib.Path(path).suffixes)
     try:
         handle, temporary = tempfile.mkstemp(prefix=".partial-", suffix=suffix, dir=folder)
     except OSError as error:

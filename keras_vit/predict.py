@@ -37,17 +37,18 @@ def iter_predictions(runner, paths, top_k=TOP_K, batch_size=32):
     """`predict_files`' dicts one by one, in order, as each batch of `batch_size` images is
     classified: memory holds one batch whatever the number of paths, and a caller can show
     each answer as it comes."""
-    pending = []  # (result, image or None), in the order of `paths`
+    pending, images = [], 0  # (result, image or None), in the order of `paths`
     for path in paths:
         result = {"path": os.fspath(path)}
         try:
             pending.append((result, read_image(path, runner.image_size)))
+            images += 1
         except (FileNotFoundError, ValueError) as error:
             result["error"] = str(error)
             pending.append((result, None))
-        if sum(image is not None for _, image in pending) == batch_size:
+        if images == batch_size:
             yield from _classified(runner, pending, top_k)
-            pending = []
+            pending, images = [], 0
     yield from _classified(runner, pending, top_k)
 
 

@@ -38,23 +38,19 @@ class Teacher:
         self.kind = runner.kind
         self.image_size = tuple(runner.image_size)
         self.num_classes = len(runner.class_names)
-        self.model = None
-        if isinstance(runner, KerasRunner):
-            self.model = runner.classifier.model
+        self._classifier = runner.classifier if isinstance(runner, KerasRunner) else None
+        self.model = None if self._classifier is None else self._classifier.model
+        if self.model is not None:
             self.model.trainable = False
-            self._outputs_probabilities = runner.classifier.outputs_probabilities
         self._host_lock = threading.Lock()  # one interpreter, called from each replica's thread
 
     def probabilities(self, images):
         """Class probabilities `(batch, classes)` for float pixels in [0, 255] (a backend tensor)."""
         if tuple(images.shape[1:3]) != self.image_size:
             images = ops.image.resize(images, self.image_size, interpolation="bilinear", antialias=True)
-        if self.model is not None:
-            outputs = ops.cast(self.model(images, training=False), "float32")
-            probabilities = outputs if self._outputs_probabilities else ops.softmax(outputs, axis=-1)
-        else:
-            probabilities = self._on_host(images)
-        return ops.stop_gradient(probabilities)
+        if self._classifier is not None:
+            return ops.stop_gradient(self._classifier.probabilities(images))  # training=False
+        return ops.stop_gradient(self._on_host(images))
 
     def hard_labels(self, images):
         """One-hot float32 labels of the teacher's top class: DeiT's hard distillation targets."""

@@ -799,7 +799,7 @@ def test_a_full_disk_during_a_backup_keeps_the_last_one_and_names_the_file(tmp_p
     monkeypatch.setattr(model, "save_weights", no_space)
     with pytest.raises(DiskFullError, match=r"No space left to write .*backup \(it needs about") as full:
         backup._save_model()
-    # It tried again without the older backup, and failed again: the latest is untouched.
+    # The new backup was written beside it: the latest is untouched.
     assert open(backup._weights_path, "rb").read() == saved[backup._weights_path]
     assert not _partial_files(tmp_path)
     report["load"]["No space for a backup (the weights' write fails)"] = (
