@@ -6,6 +6,8 @@ training loop never waits for the device between steps (Keras reads the
 logs only once per `steps_per_execution` steps).
 """
 
+import hashlib
+import io
 import logging
 import math
 import os
@@ -14,7 +16,16 @@ import time
 
 import keras
 
-from keras_vit.files import DiskFullError, atomic_write, size_of, write_json
+from keras_vit.files import (
+    DiskFullError,
+    disk_full_names,
+    read_json,
+    size_of,
+    write_bytes,
+    write_json,
+    write_text,
+)
+from keras_vit.saving import save_model, weights_file_bytes
 
 logger = logging.getLogger(__name__)
 
@@ -44,7 +55,7 @@ class BestModelCheckpoint(keras.callbacks.Callback):
             return
         self.best, self.best_epoch = value, epoch
         if self.enabled:
-            atomic_write(self.path, saved_model_of(self.model).save)
+            save_model(saved_model_of(self.model), self.path)
 
 
 class ResumableBackup(keras.callbacks.BackupAndRestore):
@@ -62,7 +73,9 @@ class ResumableBackup(keras.callbacks.BackupAndRestore):
     """
 
     def __init__(self, backup_dir, steps_per_epoch, save_freq):
-        super().__init__(backup_dir, save_freq=save_freq, double_checkpoint=True)
+        # Kept at the end of training: a run stopped while writing its results resumes at its last
+        # step instead of training again; `discard` removes them once the results are written.
+        super().__init__(backup_dir, save_freq=save_freq, double_checkpoint=True, delete_checkpoint=False)
         self.steps_per_epoch = steps_per_epoch
         self.restored_step = 0
 
@@ -71,10 +84,13 @@ class ResumableBackup(keras.callbacks.BackupAndRestore):
         for which in ("latest", "previous"):
             if which == "previous" and os.path.exists(self._prev_weights_path):
                 # Keras reads only `.weights.h5` names: the one before takes the damaged one's place.
-                os.replace(self._prev_weights_path, self._weights_path)
+                for previous, latest in self._backup_files():
+                    if os.path.exists(previous):
+                        os.replace(previous, latest)
             elif which == "previous" or not os.path.exists(self._weights_path):
                 continue
             try:
+                self._check_sum()
                 self._restore(self._weights_path)
                 return
             except Exception as error:  # h5py and Keras raise OSError, ValueError, KeyError...
@@ -87,6 +103,28 @@ class ResumableBackup(keras.callbacks.BackupAndRestore):
                 f"log.csv stay)."
             )
 
+    def discard(self):
+        """Removes the backups: the run's results are written."""
+        shutil.rmtree(self.backup_dir, ignore_errors=True)
+
+    def _backup_files(self):
+        """(the one before, the latest) for the weights and their record."""
+        return (
+            (self._prev_weights_path, self._weights_path),
+            (self._prev_training_metadata_path, self._training_metadata_path),
+        )
+
+    def _check_sum(self):
+        """HDF5 loads most damaged bytes silently, as wrong weights: the record's SHA-256 (backups
+        from before it was recorded have none) says whether the weights are the ones written."""
+        if not os.path.exists(self._training_metadata_path):
+            return
+        expected = read_json(self._training_metadata_path).get("sha256")
+        if expected:
+            with open(self._weights_path, "rb") as f:
+                if hashlib.sha256(f.read()).hexdigest() != expected:
+                    raise ValueError(f"{self._weights_path} is not what was written (its SHA-256 differs)")
+
     def _restore(self, weights):
         if self.model.optimizer is not None and not self.model.optimizer.built:
             self.model.optimizer.build(self.model.trainable_variables)  # its slots must exist to load
@@ -96,22 +134,81 @@ class ResumableBackup(keras.callbacks.BackupAndRestore):
 
     def _save_model(self):
         os.makedirs(self.backup_dir, exist_ok=True)
-        if os.path.exists(self._weights_path):
-            # The last backup stays as the one before (a hard link: no space, no copy).
-            if os.path.exists(self._prev_weights_path):
-                os.remove(self._prev_weights_path)
-            try:
-                os.link(self._weights_path, self._prev_weights_path)
-            except OSError:  # a filesystem without hard links
-                shutil.copyfile(self._weights_path, self._prev_weights_path)
+        for previous, latest in self._backup_files():
+            if os.path.exists(latest):
+                # The last backup stays as the one before (a hard link: no space, no copy).
+                if os.path.exists(previous):
+                    os.remove(previous)
+                try:
+                    os.link(latest, previous)
+                except OSError:  # a filesystem without hard links
+                    shutil.copyfile(latest, previous)
+        weights = weights_file_bytes(self.model)
         try:
-            atomic_write(self._weights_path, lambda partial: self.model.save_weights(partial, overwrite=True))
+            write_bytes(self._weights_path, weights)
             # The step count in the weights says where to resume; this is Keras' own record.
-            position = {"epoch": self._current_epoch, "batch": self._last_batch_seen}
+            position = {
+                "epoch": self._current_epoch,
+                "batch": self._last_batch_seen,
+                "sha256": hashlib.sha256(weights).hexdigest(),
+            }
             write_json(self._training_metadata_path, position)
         except DiskFullError as error:
             # Whichever file it was, what the run needs is room for a backup.
             raise DiskFullError(self.backup_dir, max(error.needed, size_of(self._weights_path))) from None
+
+
+class EpochLog(keras.callbacks.CSVLogger):
+    """Keras' CSV log (a row per epoch, appended over a resumed run's attempts), written whole
+    and atomically after each epoch: a full disk or a kill never leaves half a row in it."""
+
+    def __init__(self, path):
+        super().__init__(path, append=True)
+
+    def on_train_begin(self, logs=None):
+        earlier = _whole_lines(self.filename)
+        self.append_header = not earlier
+        self.csv_file = io.StringIO(earlier, newline="")  # Keras writes its rows here
+        self.csv_file.seek(0, io.SEEK_END)
+        self.writer, self.keys = None, None
+
+    def on_epoch_end(self, epoch, logs=None):
+        super().on_epoch_end(epoch, logs)
+        write_text(self.filename, self.csv_file.getvalue())
+
+
+def _whole_lines(path):
+    """A text file's complete lines (a last line without its newline was cut short); "" if none."""
+    try:
+        with open(path, newline="") as f:
+            text = f.read()
+    except FileNotFoundError:
+        return ""
+    return text[: text.rfind("\n") + 1]
+
+
+class TensorBoardLog(keras.callbacks.TensorBoard):
+    """Keras' TensorBoard callback, a summary per epoch; TensorFlow's event writer reporting a
+    full disk (in its own error type, on any of these hooks) becomes a `DiskFullError`."""
+
+    def __init__(self, log_dir):
+        super().__init__(log_dir, update_freq="epoch")
+
+    def on_train_begin(self, logs=None):
+        with disk_full_names(self.log_dir):
+            super().on_train_begin(logs)
+
+    def on_test_end(self, logs=None):
+        with disk_full_names(self.log_dir):
+            super().on_test_end(logs)
+
+    def on_epoch_end(self, epoch, logs=None):
+        with disk_full_names(self.log_dir):
+            super().on_epoch_end(epoch, logs)
+
+    def on_train_end(self, logs=None):
+        with disk_full_names(self.log_dir):
+            super().on_train_end(logs)
 
 
 class StopAtStep(keras.callbacks.Callback):

@@ -456,7 +456,7 @@ def main(argv=None):
     args = build_parser().parse_args(argv)
     if getattr(args, "num_classes", None) is not None and args.num_classes < 1:
         print(f"keras-vit: error: --num-classes must be at least 1, got {args.num_classes}", file=sys.stderr)
-        return 2
+        return 1
     try:
         if not args.verbose:
             framework_logs.quiet(load_frameworks=args.uses_keras)
@@ -464,7 +464,7 @@ def main(argv=None):
     except (ValueError, FileNotFoundError, TypeError) as error:
         # Bad input: one clear line, no traceback.
         print(f"keras-vit {args.command}: error: {error}", file=sys.stderr)
-        return 2
+        return 1
     except OSError as error:
         # A full disk (or quota, or file-size limit) while writing: one line, and what to do.
         from keras_vit.files import is_disk_full

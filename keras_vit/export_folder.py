@@ -12,9 +12,9 @@
 were verified on; `ExportFolder` reads it for `keras-vit verify` and the apps.
 """
 
-import json
 import os
 
+from keras_vit.files import read_json
 from keras_vit.run_folder import DatasetSpec, RunFolder
 
 MANIFEST_FILE = "export.json"
@@ -46,8 +46,7 @@ class ExportFolder:
             raise FileNotFoundError(
                 f"No {MANIFEST_FILE} in {self.path}: give an export folder (OUTPUT/<name>/export-<N>)."
             )
-        with open(manifest) as f:
-            self.manifest = json.load(f)
+        self.manifest = read_json(manifest)
 
     def dataset_spec(self):
         """The dataset and held-out split the exports were verified on."""

@@ -1,7 +1,9 @@
 """Writing run files atomically: a reader never sees a half-written model, JSON or plot,
 and a full disk is one clear error (`DiskFullError`) that names the file and the space."""
 
+import contextlib
 import errno
+import io
 import json
 import os
 import pathlib
@@ -58,6 +60,20 @@ def is_disk_full(error):
     return any(os.strerror(code) in message for code in _NO_SPACE) or "errno = 28" in message
 
 
+@contextlib.contextmanager
+def disk_full_names(path):
+    """Turns a full disk reported by a native writer (TensorFlow's, in its own error types)
+    into a `DiskFullError` that names `path`."""
+    try:
+        yield
+    except DiskFullError:
+        raise
+    except Exception as error:
+        if not is_disk_full(error):
+            raise
+        raise DiskFullError(path, folder_size(path) if os.path.isdir(path) else size_of(path)) from None
+
+
 def size_of(path):
     """A file's size in bytes; 0 when there is none."""
     try:
@@ -71,8 +87,12 @@ def folder_size(path):
     return sum(size_of(os.path.join(folder, name)) for folder, _, names in os.walk(path) for name in names)
 
 
-def atomic_write(path, write):
+def atomic_write(path, write, size=0):
     """Calls `write(temporary_path)`, then renames it to `path`: never a half-written file.
+
+    `write` must be plain Python file writes (or a library that reports a failed write as an
+    exception): a native writer that can crash on a full disk (HDF5) serialises in memory
+    first, and `write_bytes` writes the bytes. `size`, when known, is what the file takes.
 
     Raises:
         DiskFullError: no space for the file; `path` keeps its previous version.
@@ -96,20 +116,33 @@ def atomic_write(path, write):
         os.replace(temporary, path)
     except Exception as error:
         if is_disk_full(error):
-            raise DiskFullError(path, max(size_of(path), size_of(temporary))) from None
+            raise DiskFullError(path, max(size, size_of(path), size_of(temporary))) from None
         raise
     finally:
         if os.path.exists(temporary):
             os.remove(temporary)
 
 
-def write_json(path, value):
-    def write(temporary):
-        with open(temporary, "w") as f:
-            json.dump(value, f, indent=2)
-            f.write("\n")
+def read_json(path, kind=dict):
+    """A JSON file keras-vit wrote, holding a `kind` (dict or list); one line naming the file when
+    it is damaged (cut short, not JSON, not UTF-8, another shape)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            value = json.load(f)
+    except ValueError as error:  # JSONDecodeError and UnicodeDecodeError
+        raise ValueError(f"{path} is damaged ({error}): restore it, or write it again.") from None
+    if not isinstance(value, kind):
+        raise ValueError(f"{path} is damaged: it holds a {type(value).__name__}, not a {kind.__name__}.")
+    return value
 
-    atomic_write(path, write)
+
+def write_json(path, value):
+    write_text(path, json.dumps(value, indent=2) + "\n")
+
+
+def write_text(path, text):
+    """Writes `text` to `path` atomically, as UTF-8."""
+    write_bytes(path, text.encode())
 
 
 def pyplot():
@@ -124,8 +157,10 @@ def pyplot():
 
 def save_figure(figure, path):
     """Saves a matplotlib figure as PNG, atomically, and closes it."""
-    atomic_write(path, lambda temporary: figure.savefig(temporary, dpi=100, format="png"))
+    image = io.BytesIO()  # the PNG encoder writes to memory; Python writes the file
+    figure.savefig(image, dpi=100, format="png")
     pyplot().close(figure)
+    write_bytes(path, image.getvalue())
 
 
 def write_bytes(path, data):
@@ -135,4 +170,4 @@ def write_bytes(path, data):
         with open(temporary, "wb") as f:
             f.write(data)
 
-    atomic_write(os.fspath(path), write)
+    atomic_write(os.fspath(path), write, size=len(data))

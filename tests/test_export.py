@@ -332,15 +332,15 @@ def test_the_recommended_tflite_is_the_fastest_variant_within_target():
 
 def test_bad_export_requests_are_clear_errors(tiny_model_file, tmp_path, capsys):
     output = str(tmp_path / "out")
-    assert main(["export", tiny_model_file, "--output", output]) == 2
+    assert main(["export", tiny_model_file, "--output", output]) == 1
     assert "pass --dataset" in capsys.readouterr().err
-    assert main(["export", tiny_model_file, "--output", output, "--format", "coreml", "--no-verify"]) == 2
+    assert main(["export", tiny_model_file, "--output", output, "--format", "coreml", "--no-verify"]) == 1
     assert "--format takes all or a comma list" in capsys.readouterr().err
-    assert main(["export", str(tmp_path / "missing.keras"), "--output", output, "--no-verify"]) == 2
+    assert main(["export", str(tmp_path / "missing.keras"), "--output", output, "--no-verify"]) == 1
     assert "Model not found" in capsys.readouterr().err
     broken = tmp_path / "broken.tflite"
     broken.write_bytes(b"this is not a model")
-    assert main(["predict", str(broken), str(broken)]) == 2
+    assert main(["predict", str(broken), str(broken)]) == 1
     assert "not a TFLite model" in capsys.readouterr().err
     assert not os.path.exists(output) or not [e for e in os.listdir(output) if not e.startswith(".")]
 

@@ -383,7 +383,7 @@ def test_cli_screenshot_and_clear_errors(model_path, test_images, tmp_path, phon
         ([model_path, "--screenshot", str(out)], "--screenshot needs --image"),
     ):
         failed = subprocess.run([*command, *arguments], capture_output=True, text=True, timeout=300)
-        assert failed.returncode == 2 and message in failed.stderr
+        assert failed.returncode == 1 and message in failed.stderr
         assert "Traceback" not in failed.stderr
 
 

@@ -12,6 +12,7 @@ import io
 import json
 import os
 import re
+import shutil
 import struct
 import subprocess
 import sys
@@ -19,29 +20,37 @@ import time
 import zlib
 from pathlib import Path
 
+import full_disk
 import keras
 import numpy as np
 import pytest
 from PIL import Image
 
+from keras_vit import callbacks
 from keras_vit.callbacks import ResumableBackup, optimizer_step
 from keras_vit.files import DiskFullError, atomic_write
 from keras_vit.saving import load_trained_model
 
 VENV_BIN = os.path.dirname(sys.executable)
+FULL_DISK_SCRIPT = full_disk.__file__
 REPORT = os.path.join(os.path.dirname(__file__), os.pardir, "docs", "reliability.md")
 SURFACES = ("Python API", "CLI", "TF Serving", "Desktop app", "Mobile app")
 MODEL_SURFACES = ("Python API", "CLI", "Desktop app", "Mobile app")
 SETTINGS_SURFACES = ("Python API", "CLI")
 NOT_APPLICABLE = "n/a"
+DISK_FULL_SCENARIO = (
+    "`keras-vit train` on a disk that fills during a backup, the end-of-epoch save, TensorBoard's "
+    "writes, log.csv and the results, in turn"
+)
 # The rows of the load-and-faults table, each filled by one test.
 LOAD_SCENARIOS = (
     "TF Serving signature, 8 threads x 200 requests",
     "Phone app server, 50 clients loading the app at once",
-    "`keras-vit train` on a disk that fills up after 1 of 4 epochs",
+    DISK_FULL_SCENARIO,
     "No space for a backup (the weights' write fails)",
     "A run whose latest backup is truncated",
     "A run whose backups are all truncated",
+    "Damaged files that commands read",
     "`keras-vit export` on a full disk",
     "`keras-vit predict` on 5,000 paths",
     "Desktop app, a folder of 5,000 images",
@@ -189,8 +198,49 @@ def model_inputs(export_folder, tmp_path_factory):
     tabular = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2, activation="softmax")])
     add("tabular.keras", ".keras of a model that takes no image", lambda p: tabular.save(p))
     add("damaged.keras", "damaged .keras (first 5 KB)", lambda p: p.write_bytes(good[:5000]))
+    saved_model = Path(export_folder["folder"]).parent / "1"
+    for name, description, damage in SAVED_MODEL_DAMAGE:
+        add(name, description, lambda p, damage=damage: damage(_copy_of(saved_model, p)))
     add("missing.tflite", "missing model path")
     return inputs
+
+
+def _copy_of(folder, path):
+    shutil.copytree(folder, path)
+    return path
+
+
+def _truncate(path, size):
+    with open(path, "r+b") as f:
+        f.truncate(size)
+
+
+def _flip_bytes(path, count=8, seed=0):
+    """Inverts `count` bytes spread over the file, as a bad disk or a bad copy would."""
+    data = bytearray(path.read_bytes())
+    for i in np.random.default_rng(seed).choice(len(data), size=min(count, len(data)), replace=False):
+        data[i] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+VARIABLES = "variables/variables.data-00000-of-00001"
+# (name, description, damage(folder)) for a SavedModel that keras-vit export wrote.
+SAVED_MODEL_DAMAGE = (
+    ("saved_model_pb_truncated", "SavedModel, saved_model.pb truncated to 2,000 bytes",
+     lambda f: _truncate(f / "saved_model.pb", 2000)),
+    ("saved_model_variables_truncated", "SavedModel, its variables truncated to half",
+     lambda f: _truncate(f / VARIABLES, (f / VARIABLES).stat().st_size // 2)),
+    ("saved_model_no_variables", "SavedModel without its variables/ folder",
+     lambda f: shutil.rmtree(f / "variables")),
+    ("saved_model_pb_flipped", "SavedModel, 8 bytes of saved_model.pb inverted",
+     lambda f: _flip_bytes(f / "saved_model.pb")),
+    ("saved_model_variables_flipped", "SavedModel, 8 bytes of its variables inverted",
+     lambda f: _flip_bytes(f / VARIABLES)),
+    ("saved_model_index_flipped", "SavedModel, 8 bytes of variables.index inverted",
+     lambda f: _flip_bytes(f / "variables/variables.index")),
+    ("saved_model_no_labels", "SavedModel without assets/labels.txt",
+     lambda f: (f / "assets" / "labels.txt").unlink()),
+)  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -468,13 +518,84 @@ def test_model_files_on_every_surface(model_inputs, report, image_folder, capsys
     def cli(name, path):
         status = main(["predict", str(path), image])
         error = capsys.readouterr().err.strip()
-        assert status == 2 and len(error.splitlines()) == 1 and name in error
+        assert status == 1 and len(error.splitlines()) == 1 and name in error
         return "error", error.removeprefix("keras-vit predict: error: ")
 
     _check("Python API", model_inputs, raised(open_model), report, "models")
     _check("CLI", model_inputs, cli, report, "models")
     _check("Desktop app", model_inputs, raised(LoadedModel.open), report, "models")
     _check("Mobile app", model_inputs, raised(describe_model), report, "models")
+
+
+def _damaged_checkpoints(folder, source):
+    """A keras-vit model's weights as .safetensors, .npz and .pth files, each damaged two ways."""
+    import safetensors.numpy
+    import torch
+
+    from keras_vit.weights import state_dict
+
+    state = {k: np.ascontiguousarray(v) for k, v in state_dict(source).items()}
+    writers = {
+        ".safetensors": lambda p: safetensors.numpy.save_file(state, str(p)),
+        ".npz": lambda p: np.savez(p, **state),
+        ".pth": lambda p: torch.save({k: torch.from_numpy(v) for k, v in state.items()}, p),
+    }
+    for suffix, write in writers.items():
+        for damage in ("truncated", "flipped"):
+            path = folder / f"{damage}{suffix}"
+            write(path)
+            _truncate(path, path.stat().st_size // 2) if damage == "truncated" else _flip_bytes(path, 64)
+            yield path
+
+
+def test_damaged_files_that_commands_read_get_one_line_and_exit_1(
+    export_folder, colors_dataset, tmp_path, capsys, report
+):
+    """A damaged SavedModel in every command that opens one, damaged checkpoints for --weights,
+    and the damaged JSON and backups of run and export folders: one line naming the file, exit 1,
+    never a traceback or a signal (this process would die with it)."""
+    from keras_vit.cli import main
+
+    home = _copy_of(Path(export_folder["folder"]).parent, tmp_path / "home")
+    saved_model, export = home / "1", home / "export-1"
+    _truncate(saved_model / VARIABLES, (saved_model / VARIABLES).stat().st_size // 2)
+    train = ["train", "--dataset", colors_dataset, "--epochs", "1", "--batch-size", "8", *TINY_FLAGS]
+    cases = [
+        (["predict", str(saved_model), str(export / "labels.txt")], saved_model),
+        (["evaluate", str(saved_model), "--dataset", "cifar10-mini"], saved_model),
+        (["verify", str(export)], saved_model),
+        ([*train, "--output", str(tmp_path / "student"), "--override=distillation_token=true",
+          "--teacher", str(saved_model)], saved_model),
+        ([*train, "--output", str(tmp_path / "tuned"), "--weights", str(saved_model)], saved_model),
+    ]  # fmt: skip
+    for checkpoint in _damaged_checkpoints(tmp_path, load_trained_model(export_folder["source"])):
+        command = [*train, "--output", str(tmp_path / "tuned"), "--weights", str(checkpoint)]
+        cases.append((command, checkpoint))
+
+    for name, command in (
+        ("class_names.json", ["train", "--dataset", "cifar10-mini", "--output"]),
+        ("preprocessing.json", ["train", "--dataset", "cifar10-mini", "--output"]),
+        ("history.json", ["export", "--output", str(tmp_path / "exports")]),
+    ):
+        run = _copy_of(Path(export_folder["source"]), tmp_path / name / "run")
+        if command[0] == "train":
+            (run / "history.json").unlink()  # a run to resume
+        _truncate(run / name, (run / name).stat().st_size // 2)
+        cases.append(([*command, str(run)], run / name))
+    export = _copy_of(export, tmp_path / "export-json" / "export-1")
+    _truncate(export / "export.json", 40)
+    cases.append((["verify", str(export)], export / "export.json"))
+
+    for command, damaged in cases:
+        assert main(command) == 1, command
+        (line,) = capsys.readouterr().err.strip().splitlines()
+        assert line.startswith(f"keras-vit {command[0]}: error: ") and str(damaged) in line, line
+    report["load"]["Damaged files that commands read"] = (
+        f"{len(cases)} cases (a SavedModel with truncated variables in predict, evaluate, verify, --teacher "
+        f"and --weights; truncated and byte-flipped .safetensors, .npz and .pth for --weights; truncated "
+        f"class_names.json, preprocessing.json, history.json and export.json): each exit 1 and one line "
+        f'naming the file, e.g. "{_readable(line, tmp_path)}"'
+    )
 
 
 def test_training_settings_and_datasets(settings_inputs, report, capsys):
@@ -490,7 +611,7 @@ def test_training_settings_and_datasets(settings_inputs, report, capsys):
     def cli(name, path):
         status = main(["train", "--epochs", "1", *by_name[name]])
         error = capsys.readouterr().err.strip()
-        assert status == 2 and len(error.splitlines()) == 1, error
+        assert status == 1 and len(error.splitlines()) == 1, error
         return "error", error.removeprefix("keras-vit train: error: ").replace(folder, "")
 
     def python_api(name, path):
@@ -668,19 +789,6 @@ def small_disk(tmp_path):
     subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
-def fill(disk):
-    """Writes a file until the disk is full; returns it (delete it to free the space)."""
-    filler = disk / "filler"
-    with open(filler, "wb") as f:
-        try:
-            while True:
-                f.write(b"\0" * 65536)
-                f.flush()
-        except OSError as error:
-            assert error.errno == errno.ENOSPC
-    return filler
-
-
 def _partial_files(folder):
     return [
         os.path.join(d, n)
@@ -690,48 +798,82 @@ def _partial_files(folder):
     ]
 
 
-def test_a_disk_that_fills_mid_training_loses_nothing_and_the_same_command_resumes(
+# Where a training run meets a disk that has just filled up: (the writer that fills it first, which
+# of its calls, the bytes left free). What is left free lets a write start and fail part way:
+# HDF5 crashed the process (SIGSEGV) when it closed a file whose writes had failed so.
+FULL_DISK_MOMENTS = (
+    ("keras_vit.callbacks.ResumableBackup._save_model", 2, 64 << 10),  # during a backup
+    ("keras_vit.callbacks.BestModelCheckpoint.on_epoch_end", 1, 16 << 10),  # the end-of-epoch save
+    ("keras_vit.callbacks.TensorBoardLog.on_epoch_end", 1, 0),  # TensorFlow's event writer
+    ("keras_vit.callbacks.EpochLog.on_epoch_end", 1, 0),  # log.csv
+    ("keras_vit.train._write_results", 1, 0),  # training.png and history.json
+)
+
+
+def test_a_disk_that_fills_at_any_moment_of_training_loses_nothing_and_the_same_command_resumes(
     colors_dataset, small_disk, report
 ):
+    """One run meets a full disk at each moment in turn: each time one line and exit 1, never a
+    signal, nothing half-written, the best model so far loads; with the space freed, the same
+    command goes on from where it stopped and finishes every step, never starting over."""
     run = small_disk / "run"
-    command = [
-        sys.executable, "-m", "keras_vit", "train", "--dataset", colors_dataset, "--output", str(run),
-        "--epochs", "4", "--batch-size", "8", "--validation-split", "0.25", "--backup-every-steps", "2",
-        "--no-jit-compile", *TINY_FLAGS,
+    train = [
+        "train", "--dataset", colors_dataset, "--output", str(run), "--epochs", "4", "--batch-size", "8",
+        "--validation-split", "0.25", "--backup-every-steps", "2", "--no-jit-compile", *TINY_FLAGS,
     ]  # fmt: skip
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-    process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    log = run / "log.csv"
-    deadline = time.time() + 240
-    while process.poll() is None and time.time() < deadline:
-        if log.exists() and len(log.read_text().splitlines()) >= 2:  # an epoch logged
-            break
-        time.sleep(0.1)
-    assert process.poll() is None, "the run ended before the disk filled"
-    filler = fill(small_disk)
-    stderr = process.communicate(timeout=240)[1]
+    lines = []
+    for target, call, leave in FULL_DISK_MOMENTS:
+        command = [
+            sys.executable,
+            FULL_DISK_SCRIPT,
+            str(small_disk),
+            target,
+            str(call),
+            str(leave),
+            "--",
+            *train,
+        ]
+        stopped = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+        assert stopped.returncode == 1, (target, stopped.returncode, stopped.stderr[-2000:])
+        (line,) = stopped.stderr.strip().splitlines()
+        assert line.startswith("keras-vit train: error: No space left to write " + str(run)), line
+        assert "free there): free some space and run the same command again" in line
+        assert not _partial_files(run)
+        if (run / "model.keras").exists():
+            assert load_trained_model(run).class_names == ["blue", "green", "red"]  # the best so far
+        lines.append(line)
+        os.remove(small_disk / full_disk.FILLER)
 
-    assert process.returncode == 1
-    (line,) = stderr.strip().splitlines()
-    assert line.startswith("keras-vit train: error: No space left to write " + str(run)), line
-    assert "free there): free some space and run the same command again" in line
-    assert not _partial_files(run)
-    assert load_trained_model(run).class_names == ["blue", "green", "red"]  # the best model so far
-
-    filler.unlink()
     model_file = run / "model.keras"
     with open(model_file, "r+b") as f:  # and the best model truncated, as by a copy cut short
         f.truncate(os.path.getsize(model_file) // 3)
-    finished = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    finished = subprocess.run(
+        [sys.executable, "-m", "keras_vit", *train], env=env, capture_output=True, text=True
+    )
     assert finished.returncode == 0, finished.stderr[-2000:]
     assert load_trained_model(run).class_names == ["blue", "green", "red"]  # a new one was saved
-    epochs = [row.split(",")[0] for row in log.read_text().splitlines()[1:]]
-    assert epochs[0] == "0" and epochs.count("0") == 1  # resumed, not started over
-    assert sorted(set(epochs)) == ["0", "1", "2", "3"]
-    report["load"]["`keras-vit train` on a disk that fills up after 1 of 4 epochs"] = (
-        f'exit 1 and one line: "{_readable(line, small_disk)}"; the best model.keras so far loads, no '
-        f"partial file is left; once the space is freed (and model.keras truncated), the same command "
-        f"resumes at epoch {epochs[1]}, finishes the 4 epochs and saves a whole model.keras"
+    epochs = [int(row.split(",")[0]) for row in (run / "log.csv").read_text().splitlines()[1:]]
+    # Resumed each time, never started over (an epoch whose end-of-epoch writes failed after its
+    # last backup keeps no row: that backup is taken before them).
+    assert epochs and epochs == sorted(epochs), epochs
+    history = json.loads((run / "history.json").read_text())
+    assert history["optimizer_steps"] == history["steps"] == 24
+    assert sorted(os.listdir(run)) == [
+        "class_names.json",
+        "history.json",
+        "log.csv",
+        "logs",
+        "model.keras",
+        "preprocessing.json",
+        "training.png",
+    ]  # fmt: skip  (the backups go once the results are written)
+    files = sorted({re.search(r"write (\S+) \(", line).group(1) for line in lines})
+    report["load"][DISK_FULL_SCENARIO] = (
+        f'each time exit 1 and one line, e.g. "{_readable(lines[0], small_disk)}", naming '
+        f"{', '.join(_readable(f, small_disk) for f in files)}; no partial file, the best model.keras "
+        f"so far loads; with the space freed the same command resumes each time, and at last finishes "
+        f"the 24 steps and saves a whole model.keras (after truncating it)"
     )
 
 
@@ -766,6 +908,15 @@ def test_a_damaged_backup_resumes_from_the_one_before_and_two_refuse_in_one_line
     assert restore.restored_step == optimizer_step(resumed) == 3
     assert os.path.exists(latest) and not os.path.exists(before)  # the good one took its place
 
+    _steps(resumed, 4)
+    restore._save_model()  # step 7: the latest again, with step 3 as the one before
+    _flip_bytes(Path(latest), count=16)  # HDF5 would load most such files, as wrong weights
+    flipped = _compiled_model()
+    restore = ResumableBackup(str(tmp_path / "backup"), steps_per_epoch=100, save_freq=1)
+    restore.set_model(flipped)
+    restore.on_train_begin()
+    assert restore.restored_step == optimizer_step(flipped) == 3
+
     with open(latest, "r+b") as f:
         f.truncate(100)
     again = ResumableBackup(str(tmp_path / "backup"), steps_per_epoch=100, save_freq=1)
@@ -791,12 +942,15 @@ def test_a_full_disk_during_a_backup_keeps_the_last_one_and_names_the_file(tmp_p
     backup._save_model()
     saved = {p: open(p, "rb").read() for p in (backup._weights_path, backup._prev_weights_path)}
 
-    def no_space(path, overwrite=True):
-        with open(path, "wb") as f:
-            f.write(b"half")
-        raise OSError(errno.ENOSPC, "No space left on device", path)
+    def no_space(path, data):  # the weights' file fails half way
+        def write(temporary):
+            with open(temporary, "wb") as f:
+                f.write(data[: len(data) // 2])
+            raise OSError(errno.ENOSPC, "No space left on device", temporary)
 
-    monkeypatch.setattr(model, "save_weights", no_space)
+        atomic_write(path, write)
+
+    monkeypatch.setattr(callbacks, "write_bytes", no_space)
     with pytest.raises(DiskFullError, match=r"No space left to write .*backup \(it needs about") as full:
         backup._save_model()
     # The new backup was written beside it: the latest is untouched.
@@ -821,7 +975,7 @@ def test_an_export_on_a_full_disk_leaves_no_version_behind_and_works_once_there_
     home = exports / "colour_teacher"
     capsys.readouterr()
 
-    filler = fill(small_disk)
+    filler = full_disk.fill(small_disk)
     assert main(command) == 1
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert line.startswith(f"keras-vit export: error: No space left to write {files_folder(home, 2)}"), line
@@ -838,6 +992,44 @@ def test_an_export_on_a_full_disk_leaves_no_version_behind_and_works_once_there_
         f'exit 1 and one line: "{_readable(line, small_disk)}"; version 1 still loads and answers as '
         f"before, no version 2 or staging folder is left; once the space is freed, version 2 is exported"
     )
+
+
+# Where an export meets a disk that has just filled up: (module, the step that fills it first,
+# the bytes left free).
+EXPORT_MOMENTS = (
+    ("serving", "write_saved_model", 64 << 10),  # TensorFlow's SavedModel writer, part way
+    ("exporter", "write_bytes", 0),  # the .tflite
+    ("onnx_model", "convert", 0),  # the .onnx
+    ("exporter", "write_report", 0),  # verification.md and .json
+)
+
+
+def test_an_export_that_meets_a_full_disk_at_any_step_stops_in_one_line_and_leaves_no_version(
+    colour_teacher, colors_dataset, small_disk, capsys, monkeypatch
+):
+    from keras_vit.cli import main
+    from keras_vit.export import exporter, onnx_model, serving
+
+    modules = {"serving": serving, "exporter": exporter, "onnx_model": onnx_model}
+    exports = small_disk / "exports"
+    command = ["export", str(colour_teacher), "--output", str(exports), "--dataset", colors_dataset]
+    command += ["--quantize", "none", "--format", "all"]
+    for module, step, leave in EXPORT_MOMENTS:
+        with monkeypatch.context() as patch:
+            original = getattr(modules[module], step)
+
+            def filled_first(*args, original=original, leave=leave, **kwargs):
+                full_disk.fill(small_disk, leave)
+                return original(*args, **kwargs)
+
+            patch.setattr(modules[module], step, filled_first)
+            assert main(command) == 1, step
+        (line,) = capsys.readouterr().err.strip().splitlines()
+        assert line.startswith("keras-vit export: error: No space left to write "), (step, line)
+        home = exports / "colour_teacher"
+        assert not home.exists() or not [n for n in os.listdir(home) if n[-1].isdigit()], os.listdir(home)
+        os.remove(small_disk / full_disk.FILLER)
+    assert main(command) == 0  # with the space back
 
 
 PEAK_RSS_ON_EXIT = """
@@ -944,3 +1136,13 @@ def test_the_desktop_app_on_a_folder_of_5000_images_stays_responsive_and_cancels
         f"Cancel at {rows} rows stopped in {1000 * stop_seconds:.0f} ms; memory grew {growth:.0f} MB "
         f"(peak RSS, test process)"
     )
+
+
+def test_the_desktop_apps_csv_on_a_full_disk_is_one_disk_full_error_and_no_file(small_disk):
+    from keras_vit.apps.desktop.inference import CSV_COLUMNS, write_csv
+
+    rows = [dict.fromkeys(CSV_COLUMNS, "x" * 100)] * 200  # about 140 KB
+    full_disk.fill(small_disk, 16 << 10)
+    with pytest.raises(DiskFullError, match=r"No space left to write .*predictions\.csv"):
+        write_csv(rows, small_disk / "predictions.csv")
+    assert os.listdir(small_disk) == [full_disk.FILLER]  # no partial file
