@@ -34,7 +34,7 @@ IMAGENETTE = os.path.join(
 
 def images_per_second(pairs, image_size, batch_size, seconds):
     """Training batches as `model.fit` would pull them, after one warm-up pass over the data."""
-    dataset = training_batches(pairs, image_size=image_size, batch_size=batch_size, seed=0).repeat()
+    dataset = training_batches(pairs, image_size=image_size, batch_size=batch_size, seed=0)
     batches = iter(dataset)
     for _ in range(max(1, int(pairs.cardinality()) // batch_size)):  # fills the cache of encoded images
         next(batches)

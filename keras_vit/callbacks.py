@@ -1,9 +1,8 @@
-"""The callbacks a training run uses: the best model, mid-epoch backups, an exact step count.
+"""The callbacks a training run uses: the best model, exact mid-epoch backups, the logs.
 
-None of them reads a device value per batch: the step count is read once,
-after a backup is restored, and counted on the host from there, so the
-training loop never waits for the device between steps (Keras reads the
-logs only once per `steps_per_execution` steps).
+None of them reads a device value per batch (only a backup reads the state
+it saves), so the training loop never waits for the device between steps
+(Keras reads the logs only once per `steps_per_execution` steps).
 """
 
 import hashlib
@@ -59,12 +58,17 @@ class BestModelCheckpoint(keras.callbacks.Callback):
 
 
 class ResumableBackup(keras.callbacks.BackupAndRestore):
-    """`BackupAndRestore` that resumes in the epoch the restored step count is in, and whose
-    backups survive a full disk, a kill mid-write and a damaged file.
+    """Backups a run resumes from exactly, that survive a full disk, a kill mid-write and a
+    damaged file.
 
-    Keras records the epoch at backup time, which for a backup taken on an
-    epoch's last batch is the epoch already finished: it would be replayed
-    whole. The optimizer's step count says exactly where the run was.
+    A backup holds the weights and the optimizer, whose step count says where the run was; its
+    record holds the running totals of the epoch's metrics and the states of the dropout draws.
+    `train` starts the data stream at the restored step, so a run resumed mid-epoch trains on the
+    same batches with the same draws and logs the same epoch as an uninterrupted one.
+
+    A backup taken on an epoch's last step is recorded as waiting for that epoch's end
+    (validation, the log row, the best model) until `EpochEndWritten` marks it; a run stopped in
+    between resumes from the backup before it and writes that end itself.
 
     Keras writes the new backup over the last one; here the last one is kept as the one before
     and the new one is written beside it and renamed into place once whole (room for two
@@ -78,21 +82,32 @@ class ResumableBackup(keras.callbacks.BackupAndRestore):
         super().__init__(backup_dir, save_freq=save_freq, double_checkpoint=True, delete_checkpoint=False)
         self.steps_per_epoch = steps_per_epoch
         self.restored_step = 0
+        self._metric_totals = None  # the resumed epoch's, set once Keras has reset the metrics
 
-    def on_train_begin(self, logs=None):
+    def restore(self):
+        """Loads the latest usable backup into the model (`set_model` first); returns the optimizer
+        step the run resumes at, 0 with no backup."""
         damaged = []
         for which in ("latest", "previous"):
-            if which == "previous" and os.path.exists(self._prev_weights_path):
-                # Keras reads only `.weights.h5` names: the one before takes the damaged one's place.
+            if which == "previous":
+                if not os.path.exists(self._prev_weights_path):
+                    break
+                # Keras reads only `.weights.h5` names: the one before takes the latest's place.
                 for previous, latest in self._backup_files():
                     if os.path.exists(previous):
                         os.replace(previous, latest)
-            elif which == "previous" or not os.path.exists(self._weights_path):
+            if not os.path.exists(self._weights_path):
                 continue
             try:
-                self._check_sum()
-                self._restore(self._weights_path)
-                return
+                record = self._record()
+                if not record.get("epoch_end_written", True):
+                    logger.info(
+                        "The run stopped before epoch %d's end was written: resuming before it.",
+                        record["step"] // self.steps_per_epoch,
+                    )
+                    continue
+                self._restore(record)
+                return self.restored_step
             except Exception as error:  # h5py and Keras raise OSError, ValueError, KeyError...
                 logger.warning("The %s backup in %s cannot be read (%s).", which, self.backup_dir, error)
                 damaged.append(which)
@@ -102,6 +117,29 @@ class ResumableBackup(keras.callbacks.BackupAndRestore):
                 f"cannot resume: delete that folder to train again from the start (model.keras and "
                 f"log.csv stay)."
             )
+        self.discard()  # none usable: the run starts over, and leaves no stale one behind
+        return 0
+
+    def on_train_begin(self, logs=None):
+        pass  # `restore` runs before `fit`: the data stream starts at the restored step
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self._metric_totals is not None:
+            # The resumed epoch's totals so far join this call's: Keras builds the metrics in the
+            # first call. (The run's metrics are means: their state is totals that add up.)
+            for variable in self.model.metrics_variables:
+                variable.assign(variable + self._metric_totals[variable.path])
+            self._metric_totals = None
+        super().on_train_batch_end(batch, logs)
+
+    def epoch_end_written(self):
+        """Marks the latest backup, taken on an epoch's last step, as followed by that epoch's end."""
+        try:
+            record = read_json(self._training_metadata_path)
+        except (OSError, ValueError):
+            return  # no backup yet (the first epoch ended before one), or none this epoch
+        if not record.get("epoch_end_written", True):
+            write_json(self._training_metadata_path, dict(record, epoch_end_written=True))
 
     def discard(self):
         """Removes the backups: the run's results are written."""
@@ -114,23 +152,26 @@ class ResumableBackup(keras.callbacks.BackupAndRestore):
             (self._prev_training_metadata_path, self._training_metadata_path),
         )
 
-    def _check_sum(self):
-        """HDF5 loads most damaged bytes silently, as wrong weights: the record's SHA-256 (backups
-        from before it was recorded have none) says whether the weights are the ones written."""
-        if not os.path.exists(self._training_metadata_path):
-            return
-        expected = read_json(self._training_metadata_path).get("sha256")
-        if expected:
-            with open(self._weights_path, "rb") as f:
-                if hashlib.sha256(f.read()).hexdigest() != expected:
-                    raise ValueError(f"{self._weights_path} is not what was written (its SHA-256 differs)")
+    def _record(self):
+        """The latest backup's record, once its SHA-256 says the weights are the ones written: HDF5
+        loads most damaged bytes silently, as wrong weights."""
+        record = read_json(self._training_metadata_path)
+        expected = record.get("sha256")  # backups from before it was recorded have none
+        with open(self._weights_path, "rb") as f:
+            if expected and hashlib.sha256(f.read()).hexdigest() != expected:
+                raise ValueError(f"{self._weights_path} is not what was written (its SHA-256 differs)")
+        return record
 
-    def _restore(self, weights):
+    def _restore(self, record):
         if self.model.optimizer is not None and not self.model.optimizer.built:
             self.model.optimizer.build(self.model.trainable_variables)  # its slots must exist to load
-        self.model.load_weights(weights)
+        self.model.load_weights(self._weights_path)
+        states = record.get("random_states", [])  # older backups: dropout draws start afresh
+        for variable, state in zip(_random_states(self.model), states, strict=bool(states)):
+            variable.assign(state)
         self.restored_step = optimizer_step(self.model)
-        self.model._initial_epoch = self.restored_step // self.steps_per_epoch
+        if self.restored_step % self.steps_per_epoch:
+            self._metric_totals = record.get("metric_totals")  # older backups: the epoch restarts its means
 
     def _save_model(self):
         os.makedirs(self.backup_dir, exist_ok=True)
@@ -143,24 +184,46 @@ class ResumableBackup(keras.callbacks.BackupAndRestore):
                     os.link(latest, previous)
                 except OSError:  # a filesystem without hard links
                     shutil.copyfile(latest, previous)
-        weights = weights_file_bytes(self.model)
+        model = self.model
+        weights = weights_file_bytes(model)
+        step = optimizer_step(model)
+        record = {
+            "step": step,
+            "epoch_end_written": step % self.steps_per_epoch != 0,
+            "metric_totals": {
+                v.path: keras.ops.convert_to_numpy(v).tolist() for v in model.metrics_variables
+            },
+            "random_states": [keras.ops.convert_to_numpy(v).tolist() for v in _random_states(model)],
+            "sha256": hashlib.sha256(weights).hexdigest(),
+        }
         try:
             write_bytes(self._weights_path, weights)
-            # The step count in the weights says where to resume; this is Keras' own record.
-            position = {
-                "epoch": self._current_epoch,
-                "batch": self._last_batch_seen,
-                "sha256": hashlib.sha256(weights).hexdigest(),
-            }
-            write_json(self._training_metadata_path, position)
+            write_json(self._training_metadata_path, record)
         except DiskFullError as error:
             # Whichever file it was, what the run needs is room for a backup.
             raise DiskFullError(self.backup_dir, max(error.needed, size_of(self._weights_path))) from None
 
 
+def _random_states(model):
+    """The states of the model's Keras seed generators (dropout, drop path), which its weights
+    file leaves out: restored, the resumed run draws what the uninterrupted one would have."""
+    return [v for v in model.non_trainable_variables if v.name == "seed_generator_state"]
+
+
+class EpochEndWritten(keras.callbacks.Callback):
+    """Last of a run's callbacks: tells the backup that the epoch's end is written."""
+
+    def __init__(self, backup):
+        super().__init__()
+        self.backup = backup
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.backup.epoch_end_written()
+
+
 class EpochLog(keras.callbacks.CSVLogger):
-    """Keras' CSV log (a row per epoch, appended over a resumed run's attempts), written whole
-    and atomically after each epoch: a full disk or a kill never leaves half a row in it."""
+    """Keras' CSV log (a row per epoch, over a resumed run's attempts), written whole and
+    atomically after each epoch: a full disk or a kill never leaves half a row in it."""
 
     def __init__(self, path):
         super().__init__(path, append=True)
@@ -174,7 +237,16 @@ class EpochLog(keras.callbacks.CSVLogger):
 
     def on_epoch_end(self, epoch, logs=None):
         super().on_epoch_end(epoch, logs)
-        write_text(self.filename, self.csv_file.getvalue())
+        write_text(self.filename, _last_row_of_each_epoch(self.csv_file.getvalue()))
+
+
+def _last_row_of_each_epoch(csv_text):
+    """A resumed run writes again the end of an epoch whose end was cut short: its new row wins."""
+    header, *rows = csv_text.splitlines(keepends=True)
+    by_epoch = {}
+    for row in rows:
+        by_epoch[row.split(",", 1)[0]] = row
+    return header + "".join(by_epoch.values())
 
 
 def _whole_lines(path):
@@ -209,36 +281,6 @@ class TensorBoardLog(keras.callbacks.TensorBoard):
     def on_train_end(self, logs=None):
         with disk_full_names(self.log_dir):
             super().on_train_end(logs)
-
-
-class StopAtStep(keras.callbacks.Callback):
-    """Ends training after exactly `total_steps` optimizer steps.
-
-    Keras' `BackupAndRestore` restores a mid-epoch backup (weights and the
-    optimizer's step count) but replays the interrupted epoch from its first
-    batch. Stopping on the step count makes a resumed run end after the same
-    number of steps as an uninterrupted one: its last epoch is cut short by
-    the batches that were replayed. The count starts from the restored step
-    (`backup.restored_step`, read once) and goes on from Keras' batch index.
-    """
-
-    def __init__(self, total_steps, backup):
-        super().__init__()
-        self.total_steps = total_steps
-        self.backup = backup
-        self.step = 0
-        self._epoch_start = 0
-
-    def on_train_begin(self, logs=None):
-        self.step = self.backup.restored_step
-
-    def on_epoch_begin(self, epoch, logs=None):
-        self._epoch_start = self.step
-
-    def on_train_batch_end(self, batch, logs=None):
-        self.step = self._epoch_start + batch + 1
-        if self.step >= self.total_steps:
-            self.model.stop_training = True
 
 
 class EpochTimer(keras.callbacks.Callback):

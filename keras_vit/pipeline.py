@@ -18,6 +18,9 @@ AUTOTUNE = tf.data.AUTOTUNE
 # images at 32x32 take 150 MB; ImageNet-1k at 224 would take 190 GB). Larger datasets
 # cache their encoded files and decode every epoch.
 DECODED_CACHE_BYTES = 4 * 1024**3
+# A pass's shuffle seed is seed * _PASS_SEEDS + its number; the stream has no end in practice.
+_PASS_SEEDS = 1_000_003
+_ENDLESS = 2**62
 
 
 # TIFF's two byte orders; TensorFlow decodes JPEG, PNG, GIF, BMP and WebP itself.
@@ -79,56 +82,92 @@ def _count(pairs, num_examples):
     return count if count >= 0 else 10_000
 
 
-def training_batches(pairs, *, image_size, batch_size, seed=None, num_examples=None, cache=True, repeats=1):
-    """Shuffled batches of `{"images": uint8, "labels": int32}` at `image_size`, for `model.fit`.
+def training_batches(
+    pairs, *, image_size, batch_size, seed=0, num_examples=None, cache=True, repeats=1, start_batch=0
+):
+    """An endless stream of shuffled batches of `{"images": uint8, "labels": int32}` at `image_size`,
+    for `model.fit` with `steps_per_epoch`.
+
+    The stream is pass after pass over the data, each pass shuffled with its own seed (from `seed`
+    and the pass's number) and cut to whole batches. Batch k is therefore the same in every run
+    with the same seed, and `start_batch=k` starts the stream there without decoding what it
+    skips: a run resumed at step k trains on exactly the batches it would have.
 
     Args:
         pairs: a `tf.data.Dataset` of `(encoded bytes, integer label)`, or of
             `(uint8 image, label)` (tfds), as `keras_vit.data` and tfds give.
         image_size: (height, width) of the model's input.
-        batch_size: global batch size (a `tf.distribute` strategy splits it);
-            the last partial batch is dropped.
-        seed: int or None. Makes the shuffle repeatable.
+        batch_size: global batch size (a `tf.distribute` strategy splits it); each
+            pass drops its last partial batch.
+        seed: int. Chooses every pass's order.
         num_examples: the dataset's size, for the cache choice and the
             shuffle buffer; counted if None.
-        cache: keep images in memory after the first epoch: decoded when
+        cache: keep images in memory after the first pass: decoded when
             they take at most `DECODED_CACHE_BYTES`, else encoded.
         repeats: repeated augmentation (Hoffer et al. 2020; DeiT): each image
             comes `repeats` times in a row, so in one batch, where the training
-            step augments each copy differently. An epoch keeps its length, so
+            step augments each copy differently. A pass keeps its length, so
             it holds a new 1/`repeats` of the images each time.
+        start_batch: the first batch of the stream to give.
     """
     image_size = tuple(image_size)
     num_examples = _count(pairs, num_examples)
-    decoded_bytes = num_examples * image_size[0] * image_size[1] * 3
-    encoded = pairs.element_spec[0].dtype == tf.string
+    batches_per_pass = num_examples // batch_size
+    if batches_per_pass == 0:
+        raise ValueError(f"{num_examples} images make no batch of {batch_size}: lower the batch size.")
+    examples, decode, buffer = _cached_examples(pairs, image_size, num_examples, cache)
+    items_per_pass = batches_per_pass * batch_size
+    first_pass, first_offset = divmod(start_batch * batch_size, items_per_pass)
+
+    def one_pass(index):
+        # Item i of a pass is copy i % repeats of the pass's (i // repeats)-th image.
+        offset = tf.where(index == first_pass, tf.constant(first_offset, tf.int64), 0)
+        shuffled = _shuffled(examples, buffer, seed=seed * _PASS_SEEDS + index)
+        items = shuffled.skip(offset // repeats).map(decode, num_parallel_calls=AUTOTUNE)
+        if repeats > 1:
+            items = items.flat_map(lambda *item: tf.data.Dataset.from_tensors(item).repeat(repeats))
+            items = items.skip(offset % repeats)
+        return items.take(items_per_pass - offset)
+
+    stream = tf.data.Dataset.range(first_pass, _ENDLESS).flat_map(one_pass)
+    stream = stream.map(
+        lambda image, label: {"images": tf.ensure_shape(image, image_size + (3,)), "labels": label},
+        num_parallel_calls=AUTOTUNE,
+    )
+    return stream.batch(batch_size, drop_remainder=True, num_parallel_calls=AUTOTUNE).prefetch(AUTOTUNE)
+
+
+def _shuffled(examples, buffer, seed):
+    """`examples` shuffled by `seed` (a tensor) alone. TensorFlow combines an op's seed with the
+    global one in Python, which fails for a tensor when the global seed is 0: the order depends
+    on the run's seed only, so the global one is left out."""
+    graph = tf.compat.v1.get_default_graph()  # the pass function's graph
+    global_seed, graph.seed = graph.seed, None
+    try:
+        return examples.shuffle(buffer, seed=seed, reshuffle_each_iteration=False)
+    finally:
+        graph.seed = global_seed
+
+
+def _cached_examples(pairs, image_size, num_examples, cache):
+    """(examples, decode, shuffle buffer): the examples a pass shuffles, kept in memory, and what
+    turns one into a uint8 image at `image_size` with its int32 label."""
 
     def decode_and_resize(image, label):
         image, label = _decode(image, label)
         return _resize_uint8(image, image_size), tf.cast(label, tf.int32)
 
-    if cache and decoded_bytes <= DECODED_CACHE_BYTES:
-        dataset = pairs.map(decode_and_resize, num_parallel_calls=AUTOTUNE).cache()
-        dataset = dataset.shuffle(num_examples, seed=seed, reshuffle_each_iteration=True)
-    else:
-        # Cache and shuffle before decoding: encoded images are small, so the buffer can
-        # hold the whole dataset. Folders list images class by class, and a partial
-        # shuffle of such a list gives batches of one or two classes.
-        dataset = pairs.cache() if cache else pairs
-        buffer = num_examples if encoded else min(num_examples, 10_000)
-        dataset = dataset.shuffle(buffer, seed=seed, reshuffle_each_iteration=True)
-        dataset = dataset.map(decode_and_resize, num_parallel_calls=AUTOTUNE)
-    dataset = dataset.map(
-        lambda image, label: {"images": tf.ensure_shape(image, image_size + (3,)), "labels": label},
-        num_parallel_calls=AUTOTUNE,
-    )
-    if repeats > 1:
+    def decoded(image, label):
+        return image, label
 
-        def copies(item):
-            return tf.data.Dataset.from_tensors(item).repeat(repeats)
-
-        dataset = dataset.flat_map(copies).take(num_examples)
-    return dataset.batch(batch_size, drop_remainder=True, num_parallel_calls=AUTOTUNE).prefetch(AUTOTUNE)
+    if cache and num_examples * image_size[0] * image_size[1] * 3 <= DECODED_CACHE_BYTES:
+        return pairs.map(decode_and_resize, num_parallel_calls=AUTOTUNE).cache(), decoded, num_examples
+    # Cache and shuffle before decoding: encoded images are small, so the buffer can hold the
+    # whole dataset. Folders list images class by class, and a partial shuffle of such a list
+    # gives batches of one or two classes.
+    encoded = pairs.element_spec[0].dtype == tf.string
+    buffer = num_examples if encoded else min(num_examples, 10_000)
+    return (pairs.cache() if cache else pairs), decode_and_resize, buffer
 
 
 def evaluation_batches(pairs, *, image_size, batch_size, cache=True):

@@ -5,7 +5,7 @@ fine-tunes a ViT, trains it with a recipe worth using (AdamW without decay
 on norms, biases and embeddings; warmup then cosine decay; gradient
 clipping; label smoothing; stochastic depth; augmentation on whole batches
 inside the compiled step), on one device or several (`keras_vit.distribute`),
-survives being killed (`BackupAndRestore`, mid-epoch), and leaves a run
+survives being killed (`callbacks.ResumableBackup`: an exact mid-epoch resume), and leaves a run
 folder (`keras_vit.run_folder` lists its files).
 
 `train` reads as its steps: resolve the config, place it (`distribute`), read
@@ -14,6 +14,7 @@ callbacks, `fit`, write the results.
 """
 
 import dataclasses
+import functools
 import logging
 import math
 import os
@@ -26,10 +27,10 @@ from keras_vit import data, distribute, keras_patches, optimizers, pipeline, plo
 from keras_vit.augment import BatchAugmentation
 from keras_vit.callbacks import (
     BestModelCheckpoint,
+    EpochEndWritten,
     EpochLog,
     EpochTimer,
     ResumableBackup,
-    StopAtStep,
     TensorBoardLog,
     optimizer_step,
     saved_model_of,
@@ -113,14 +114,14 @@ class TrainingRun:
 class _Data:
     source: str
     class_names: list
-    train: object
+    train_from: object  # the training stream from a step: train_from(step) -> tf.data.Dataset
     validation: object
     train_count: int
     validation_count: int
 
 
 def _read_data(config):
-    """The run's training and validation batches, as `{"images", "labels"}` dicts."""
+    """The run's training stream and validation batches, as `{"images", "labels"}` dicts."""
     dataset = data.load_dataset(config.dataset, validation_split=config.validation_split, seed=config.seed)
     train_split, val_split = dataset["train"], dataset["validation"]
     if len(train_split) < config.batch_size:
@@ -129,7 +130,8 @@ def _read_data(config):
             f"{config.batch_size}; lower --batch-size."
         )
     image_size = (config.image_size, config.image_size)
-    train_batches = pipeline.training_batches(
+    train_from = functools.partial(
+        pipeline.training_batches,
         train_split.to_dataset(),
         image_size=image_size,
         batch_size=config.batch_size,
@@ -145,7 +147,7 @@ def _read_data(config):
     return _Data(
         source=dataset.source,
         class_names=list(dataset.class_names),
-        train=train_batches,
+        train_from=lambda step: train_from(start_batch=step),
         validation=val_batches,
         train_count=len(train_split),
         validation_count=len(val_split),
@@ -221,8 +223,9 @@ def train(config, progress_bar=None):
     the bar when standard output is a terminal, lines in a log file.
 
     Killed and started again with the same config and output folder, it
-    resumes from the last backup (mid-epoch) and ends after the same number
-    of steps as an uninterrupted run.
+    resumes from the last backup (mid-epoch) on the batches it would have
+    trained on, and ends as an uninterrupted run would: the same steps, the
+    same per-epoch log.
     """
     config = config.resolved()
     # First: MultiWorkerMirroredStrategy must be made before TensorFlow runs any op.
@@ -248,25 +251,64 @@ def train(config, progress_bar=None):
     if where.chief:
         _write_run_description(run, run_data.class_names, config)
     callbacks, best, backup = _callbacks(config, run, schedule, where)
-    _log_start(config, run_data, schedule)
+    backup.set_model(model)
+    start_step = backup.restore()
+    _log_start(config, run_data, schedule, start_step)
     if where.multi_worker:
-        keras_patches.prepare_multi_worker_fit(model, where.strategy, next(iter(run_data.train)))
-    fit = model.fit(
-        run_data.train.repeat() if config.steps_per_epoch else run_data.train,
-        validation_data=run_data.validation,
-        epochs=config.epochs,
-        steps_per_epoch=config.steps_per_epoch,
-        callbacks=callbacks,
-        shuffle=False,  # the pipeline shuffles, with the run's seed
-        verbose=keras_verbosity(progress_bar, sys.stdout),
-    )
-    summary = _write_results(run, config, model, fit, best, schedule, where.chief, teacher_cost, backup)
+        keras_patches.prepare_multi_worker_fit(model, where.strategy, next(iter(run_data.train_from(0))))
+    history = _fit(model, run_data, config, schedule, callbacks, start_step, progress_bar)
+    summary = _write_results(run, config, model, history, best, schedule, where.chief, teacher_cost, backup)
     return TrainingRun(model=classifier, training_model=model, summary=summary)
+
+
+def _fit(model, run_data, config, schedule, callbacks, start_step, progress_bar):
+    """`model.fit` from `start_step` to the last step; the per-epoch history of what it trained.
+
+    Keras starts epochs at their first batch: a run resumed mid-epoch fits the rest of that epoch
+    as a shorter epoch first, then the whole epochs after it, each on the stream from its step.
+    """
+    epoch, batch = divmod(start_step, schedule.steps_per_epoch)
+    spans = []  # (first epoch, steps per epoch, first step)
+    if batch:
+        spans.append((epoch, schedule.steps_per_epoch - batch, start_step))
+        epoch += 1
+    if epoch < config.epochs:
+        spans.append((epoch, schedule.steps_per_epoch, epoch * schedule.steps_per_epoch))
+    history = {}
+    for first_epoch, steps_per_epoch, first_step in spans:
+        # The rest of an epoch ends after it, under the run's epoch count (which EMA's last swap reads).
+        stop = [] if steps_per_epoch == schedule.steps_per_epoch else [_StopAfterThisEpoch()]
+        fit = model.fit(
+            run_data.train_from(first_step),
+            validation_data=run_data.validation,
+            initial_epoch=first_epoch,
+            epochs=config.epochs,
+            steps_per_epoch=steps_per_epoch,
+            callbacks=callbacks + stop,
+            shuffle=False,  # the stream is shuffled, with the run's seed
+            verbose=keras_verbosity(progress_bar, sys.stdout),
+        )
+        for key, values in fit.history.items():
+            history.setdefault(key, []).extend(values)
+    return history
+
+
+class _StopAfterThisEpoch(keras.callbacks.Callback):
+    """Ends the fit of an interrupted epoch's rest. Keras ends every fit as the run's end (with
+    EMA, the moving average replaces the weights): the weights go back to the epoch's end."""
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.model.stop_training = True
+        self._weights = [keras.ops.convert_to_numpy(v) for v in self.model.trainable_variables]
+
+    def on_train_end(self, logs=None):
+        for variable, value in zip(self.model.trainable_variables, self._weights, strict=True):
+            variable.assign(value)
 
 
 def _teacher_cost(teacher, run_data, config):
     """What the teacher costs: its time for one training batch, measured alone before training."""
-    images = next(iter(run_data.train))["images"]
+    images = next(iter(run_data.train_from(0)))["images"]
     seconds = teacher.seconds_per_batch(keras.ops.convert_to_numpy(images))
     cost = {
         "path": teacher.path,
@@ -335,18 +377,18 @@ def _callbacks(config, run, schedule, where):
     backup = ResumableBackup(run.file(BACKUP_FOLDER), schedule.steps_per_epoch, config.backup_every_steps)
     callbacks = [
         backup,
-        StopAtStep(schedule.total_steps, backup),
         # With --ema: validate, save and keep the weights' moving average (before `best`).
         *([keras.callbacks.SwapEMAWeights(swap_on_epoch=True)] if config.ema else []),
         best,
         EpochTimer(config.batch_size),  # before the CSV log, which writes what it adds
         EpochLog(run.file(LOG_FILE)),
         TensorBoardLog(run.file(TENSORBOARD_FOLDER)),
+        EpochEndWritten(backup),  # last: everything the epoch's end writes is written
     ]
     return callbacks, best, backup
 
 
-def _log_start(config, run_data, schedule):
+def _log_start(config, run_data, schedule, start_step):
     logger.info(
         "Training %s on %s (%s backend): %d classes, %d train / %d validation images, "
         "%d epochs of %d steps, %d steps per call.",
@@ -360,12 +402,20 @@ def _log_start(config, run_data, schedule):
         schedule.steps_per_epoch,
         schedule.steps_per_call,
     )
+    if start_step:
+        epoch, batch = divmod(start_step, schedule.steps_per_epoch)
+        logger.info(
+            "Resuming from the backup at step %d: epoch %d, after %d of its steps.",
+            start_step,
+            epoch + 1,
+            batch,
+        )
 
 
-def _write_results(run, config, model, fit, best, schedule, chief, teacher_cost=None, backup=None):
+def _write_results(run, config, model, fit_history, best, schedule, chief, teacher_cost=None, backup=None):
     """history.json and training.png (and model.keras when nothing was validated); the summary.
     With a teacher, `teacher` says what it cost, and its share of the last epoch's training time."""
-    history = _merged_history(run.file(LOG_FILE), fit.history)
+    history = _merged_history(run.file(LOG_FILE), fit_history)
     if best.best_epoch is None and chief:  # no validation split: keep the last model
         save_model(saved_model_of(model), run.model_file)
     summary = {

@@ -1,4 +1,5 @@
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from keras_vit import pipeline
@@ -27,20 +28,52 @@ def test_training_batches_mix_all_classes_even_when_files_are_sorted():
     assert (seen > 0).all(), seen
 
 
-def test_training_batches_reshuffle_each_epoch_repeatably_with_either_cache(monkeypatch):
+def _passes(dataset, batches_per_pass, count=2):
+    """The labels of the stream's first `count` passes, one array each."""
+    labels = [batch["labels"].numpy() for batch in dataset.take(batches_per_pass * count)]
+    return [np.concatenate(labels[i : i + batches_per_pass]) for i in range(0, len(labels), batches_per_pass)]
+
+
+def test_training_batches_reshuffle_each_pass_repeatably_with_either_cache(monkeypatch):
     """Small datasets keep decoded uint8 images in memory; big ones keep the encoded files."""
-    pairs = _sorted_by_class(per_class=40)
+    pairs = _sorted_by_class(per_class=40)  # 160 images: 10 batches of 16 a pass
 
-    def epochs(dataset):
-        return [np.concatenate([b["labels"].numpy() for b in dataset]) for _ in range(2)]
-
-    one, two = epochs(pipeline.training_batches(pairs, image_size=(8, 8), batch_size=16, seed=1))
+    one, two = _passes(pipeline.training_batches(pairs, image_size=(8, 8), batch_size=16, seed=1), 10)
     assert sorted(one) == sorted(two) and not np.array_equal(one, two)  # reshuffled, same images
-    again = epochs(pipeline.training_batches(pairs, image_size=(8, 8), batch_size=16, seed=1))
-    np.testing.assert_array_equal(one, again[0])  # a seed repeats the order
+    again = _passes(pipeline.training_batches(pairs, image_size=(8, 8), batch_size=16, seed=1), 10)
+    np.testing.assert_array_equal(np.concatenate([one, two]), np.concatenate(again))  # a seed repeats
+    other = _passes(pipeline.training_batches(pairs, image_size=(8, 8), batch_size=16, seed=2), 10)
+    assert not np.array_equal(one, other[0])
+    tf.random.set_seed(0)  # as keras.utils.set_random_seed(0) does: the order is the run seed's alone
+    try:
+        zero = _passes(pipeline.training_batches(pairs, image_size=(8, 8), batch_size=16, seed=1), 10)
+    finally:
+        tf.random.set_seed(None)
+    np.testing.assert_array_equal(np.concatenate([one, two]), np.concatenate(zero))
     monkeypatch.setattr(pipeline, "DECODED_CACHE_BYTES", 100)  # too small: encoded cache
-    big = pipeline.training_batches(pairs, image_size=(8, 8), batch_size=16, seed=1)
-    assert sorted(np.concatenate([b["labels"].numpy() for b in big])) == sorted(one)
+    big = _passes(pipeline.training_batches(pairs, image_size=(8, 8), batch_size=16, seed=1), 10)
+    np.testing.assert_array_equal(np.concatenate([one, two]), np.concatenate(big))  # the same order
+
+
+def test_a_stream_started_at_a_batch_is_the_whole_streams_tail_with_either_cache_and_repeats(monkeypatch):
+    """A resumed run starts the stream at its step: it must see the batches it would have seen.
+    Distinct images (label = index); 60 of them, batches of 12 with 3 copies of each image."""
+    images = [tf.io.encode_png(np.full((8, 8, 3), i, np.uint8)).numpy() for i in range(61)]
+    pairs = tf.data.Dataset.from_tensor_slices((images, list(range(61))))  # 61: a pass drops one
+    for cache_bytes in (pipeline.DECODED_CACHE_BYTES, 100):
+        monkeypatch.setattr(pipeline, "DECODED_CACHE_BYTES", cache_bytes)
+        for repeats in (1, 3):
+            settings = dict(image_size=(8, 8), batch_size=12, seed=4, repeats=repeats)
+            whole = [b["labels"].numpy() for b in pipeline.training_batches(pairs, **settings).take(13)]
+            for start in (1, 4, 5, 7, 12):  # mid-pass, a pass's last batch, a pass's first
+                tail = pipeline.training_batches(pairs, start_batch=start, **settings).take(13 - start)
+                np.testing.assert_array_equal(np.stack([b["labels"].numpy() for b in tail]), whole[start:])
+
+
+def test_a_dataset_smaller_than_a_batch_is_a_clear_error():
+    pairs = _sorted_by_class(classes=1, per_class=5)
+    with pytest.raises(ValueError, match="5 images make no batch of 8"):
+        pipeline.training_batches(pairs, image_size=(8, 8), batch_size=8)
 
 
 def test_training_batches_resize_to_uint8_as_evaluation_resizes():
@@ -66,9 +99,8 @@ def test_repeated_augmentation_puts_each_image_k_times_in_one_batch_and_keeps_th
     images = [tf.io.encode_png(np.full((8, 8, 3), i, np.uint8)).numpy() for i in range(60)]
     pairs = tf.data.Dataset.from_tensor_slices((images, list(range(60))))
     batches = pipeline.training_batches(pairs, image_size=(8, 8), batch_size=12, seed=0, repeats=3)
-    epochs = [[batch["labels"].numpy() for batch in batches] for _ in range(2)]
-    for epoch in epochs:
-        assert len(epoch) == 60 // 12  # as many steps as without repeats
+    epochs = [list(labels.reshape(-1, 12)) for labels in _passes(batches, 60 // 12)]
+    for epoch in epochs:  # as many steps as without repeats
         for labels in epoch:
             runs = labels.reshape(4, 3)
             assert (runs == runs[:, :1]).all() and len(set(runs[:, 0])) == 4
