@@ -266,6 +266,10 @@ class TensorBoardLog(keras.callbacks.TensorBoard):
     def __init__(self, log_dir):
         super().__init__(log_dir, update_freq="epoch")
 
+    def set_model(self, model):  # each fit sets it, and it writes the model's graph
+        with disk_full_names(self.log_dir):
+            super().set_model(model)
+
     def on_train_begin(self, logs=None):
         with disk_full_names(self.log_dir):
             super().on_train_begin(logs)

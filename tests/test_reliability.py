@@ -805,6 +805,7 @@ FULL_DISK_MOMENTS = (
     ("keras_vit.callbacks.ResumableBackup._save_model", 2, 64 << 10),  # during a backup
     ("keras_vit.callbacks.BestModelCheckpoint.on_epoch_end", 1, 16 << 10),  # the end-of-epoch save
     ("keras_vit.callbacks.TensorBoardLog.on_epoch_end", 1, 0),  # TensorFlow's event writer
+    ("keras_vit.callbacks.TensorBoardLog.set_model", 1, 0),  # its new events file, as a fit starts
     ("keras_vit.callbacks.EpochLog.on_epoch_end", 1, 0),  # log.csv
     ("keras_vit.callbacks.ResumableBackup.epoch_end_written", 1, 0),  # the backup's record, after them
     ("keras_vit.train._write_results", 1, 0),  # training.png and history.json
@@ -904,8 +905,7 @@ def test_a_damaged_backup_resumes_from_the_one_before_and_two_refuse_in_one_line
     resumed = _compiled_model()
     restore = ResumableBackup(str(tmp_path / "backup"), steps_per_epoch=100, save_freq=1)
     restore.set_model(resumed)
-    restore.on_train_begin()
-    assert restore.restored_step == optimizer_step(resumed) == 3
+    assert restore.restore() == optimizer_step(resumed) == 3
     assert os.path.exists(latest) and not os.path.exists(before)  # the good one took its place
 
     _steps(resumed, 4)
@@ -914,8 +914,7 @@ def test_a_damaged_backup_resumes_from_the_one_before_and_two_refuse_in_one_line
     flipped = _compiled_model()
     restore = ResumableBackup(str(tmp_path / "backup"), steps_per_epoch=100, save_freq=1)
     restore.set_model(flipped)
-    restore.on_train_begin()
-    assert restore.restored_step == optimizer_step(flipped) == 3
+    assert restore.restore() == optimizer_step(flipped) == 3
 
     with open(latest, "r+b") as f:
         f.truncate(100)
@@ -924,7 +923,7 @@ def test_a_damaged_backup_resumes_from_the_one_before_and_two_refuse_in_one_line
     with pytest.raises(
         ValueError, match=r"backups in .* are damaged \(latest\), so it cannot resume"
     ) as refused:
-        again.on_train_begin()
+        again.restore()
     report["load"]["A run whose latest backup is truncated"] = (
         "resumes from the backup before it (at the step that one holds), which takes the damaged one's place"
     )
