@@ -340,8 +340,8 @@ _TO_TORCH = {np.transpose: np.transpose, _patch_kernel: lambda w: w.transpose(3,
 
 
 def state_dict(model):
-    """A `keras_vit.ViT`'s weights as timm's state dict (NumPy arrays, PyTorch layouts): save it
-    with `safetensors.numpy.save_file` for timm, or load it into another ViT (`load_weights`)."""
+    """A `keras_vit.ViT`'s weights as timm's state dict: C-contiguous float32 NumPy arrays in
+    PyTorch's layouts (`save_state_dict` writes it as a `.safetensors` file timm loads)."""
     encoder = _patch_encoder(model)
     targets = _targets(model, encoder)
     for prefix, layer in _optional_layers(model, encoder):
@@ -349,8 +349,37 @@ def state_dict(model):
     state = {}
     for key, variable, to_keras in targets:
         value = np.asarray(keras.ops.convert_to_numpy(variable), dtype=np.float32)
-        state[key] = _TO_TORCH[to_keras](value) if to_keras is not None else value
+        # Transposed views are not contiguous: writers that copy raw memory would scramble them.
+        state[key] = np.ascontiguousarray(_TO_TORCH[to_keras](value) if to_keras is not None else value)
     return state
+
+
+def save_state_dict(model, path):
+    """Writes `state_dict(model)` as a `.safetensors` file (atomically), for timm:
+    `timm.create_model(name, pretrained=True, pretrained_cfg_overlay={"file": path})`."""
+    from keras_vit.files import write_bytes
+
+    path = os.fspath(path)
+    if not path.endswith(".safetensors"):
+        raise ValueError(f"{path}: a state dict is written as .safetensors; end the name with it.")
+    write_bytes(path, _safetensors_bytes(state_dict(model)))
+    return path
+
+
+def _safetensors_bytes(state):
+    """The safetensors format, as `_read_safetensors` reads it: float32 tensors in key order."""
+    header, offset = {}, 0
+    for name, array in state.items():
+        header[name] = {
+            "dtype": "F32",
+            "shape": list(array.shape),
+            "data_offsets": [offset, offset + array.nbytes],
+        }
+        offset += array.nbytes
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)  # the data starts 8-byte aligned
+    body = b"".join(np.ascontiguousarray(array, dtype="<f4").tobytes() for array in state.values())
+    return len(text).to_bytes(8, "little") + text + body
 
 
 def _assign(model, encoder, state, source):

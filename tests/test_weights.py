@@ -376,6 +376,39 @@ def test_state_dict_gives_back_timms_state_dict_exactly(tmp_path):
         np.testing.assert_array_equal(state[key], value, err_msg=key)
 
 
+def test_a_keras_trained_vit_saved_for_timm_loads_in_timm_with_our_logits(tmp_path, record_parity):
+    """Keras -> timm as the README says: `save_state_dict`, and the safetensors package on
+    `state_dict` (it copies raw memory, so transposed views would scramble silently)."""
+    import safetensors.numpy
+
+    from keras_vit.weights import save_state_dict, state_dict
+
+    keras.utils.set_random_seed(0)
+    model = keras_vit.create_model("vit_tiny_patch16_224", image_size=64, num_classes=5)
+    state = state_dict(model)
+    assert all(value.flags.c_contiguous for value in state.values())
+    images = _images(64)
+    ours = to_numpy(model(images))
+    writers = {
+        "save_state_dict": lambda path: save_state_dict(model, path),
+        "safetensors.numpy": lambda path: safetensors.numpy.save_file(state, str(path)),
+    }
+    for writer, write in writers.items():
+        path = tmp_path / f"{writer}.safetensors"
+        write(path)
+        loaded = timm.create_model(
+            "vit_tiny_patch16_224", pretrained=True, pretrained_cfg_overlay={"file": str(path), "num_classes": 5},
+            img_size=64, num_classes=5,
+        ).eval()  # fmt: skip
+        difference = _max_diff(_timm_logits(loaded, images), ours)
+        assert (
+            record_parity(f"keras-vit -> timm ({writer}), logits", difference, PARITY_TOLERANCE)
+            <= PARITY_TOLERANCE
+        )
+    with pytest.raises(ValueError, match=r"model.npz: a state dict is written as .safetensors"):
+        save_state_dict(model, tmp_path / "model.npz")
+
+
 def test_another_runs_model_starts_a_fine_tune_at_a_new_size_with_its_head_only_for_the_same_classes(
     tmp_path, caplog
 ):
