@@ -465,6 +465,10 @@ def main(argv=None):
         # Bad input: one clear line, no traceback.
         print(f"keras-vit {args.command}: error: {error}", file=sys.stderr)
         return 1
+    except BrokenPipeError:
+        # `keras-vit models | head`: the reader left early, which is no error (before OSError, its base).
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except OSError as error:
         # A full disk (or quota, or file-size limit) while writing: one line, and what to do.
         from keras_vit.files import is_disk_full
@@ -477,7 +481,3 @@ def main(argv=None):
         # Ctrl+C (pressed twice, or during clean-up): a one-line goodbye, the shell's status for SIGINT.
         print(f"keras-vit {args.command}: interrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:
-        # `keras-vit models | head`: the reader left early, which is no error.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0

@@ -97,6 +97,19 @@ def test_the_keras_vit_console_script_is_installed():
     assert "vit_huge_patch14_224" in result.stdout
 
 
+@pytest.mark.parametrize("flags", [[], ["--json"]])
+def test_a_reader_that_leaves_early_ends_the_listing_quietly(flags):
+    """`keras-vit models | head -3`: the pipe's reader is gone before the list is written."""
+    script = os.path.join(os.path.dirname(sys.executable), "keras-vit")
+    read, write = os.pipe()
+    os.close(read)  # every write to the pipe now fails: a reader that has left
+    try:
+        result = subprocess.run([script, "models", *flags], stdout=write, stderr=subprocess.PIPE, text=True)
+    finally:
+        os.close(write)
+    assert (result.returncode, result.stderr) == (0, "")
+
+
 def test_train_reports_bad_input_in_one_line_with_status_2(capsys, tmp_path):
     assert main(["train", "--model", "vit_gigantic", "--output", str(tmp_path / "run")]) == 1
     err = capsys.readouterr().err
