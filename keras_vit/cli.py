@@ -291,7 +291,10 @@ def _add_train_arguments(parser):
 def _add_models_arguments(models):
     models.add_argument("--json", action="store_true", help="print JSON, for scripts")
     models.add_argument(
-        "--num-classes", type=int, default=None, help="count parameters for this many classes (default 1000)"
+        "--num-classes",
+        type=_at_least(1),
+        default=None,
+        help="count parameters for this many classes (default 1000)",
     )
 
 
@@ -301,7 +304,7 @@ def _add_evaluate_arguments(evaluate):
     )
     evaluate.add_argument("--dataset", help="default: the run's or export's dataset, else cifar10-mini")
     evaluate.add_argument("--split", choices=("train", "validation", "test"), help="default: test if any")
-    evaluate.add_argument("--batch-size", type=int, default=100)
+    evaluate.add_argument("--batch-size", type=_at_least(1), default=100)
     evaluate.add_argument(
         "--output", help="folder for evaluation.json and confusion.png (default: beside the model)"
     )
@@ -341,7 +344,9 @@ def _add_export_arguments(export):
         default=True,
         help="check every export against Keras (default on)",
     )
-    export.add_argument("--verify-images", type=int, default=500, help="held-out images to verify on")
+    export.add_argument(
+        "--verify-images", type=_at_least(1), default=500, help="held-out images to verify on"
+    )
     export.add_argument("--json", action="store_true", help="print the manifest as JSON")
 
 
@@ -349,14 +354,14 @@ def _add_verify_arguments(verify):
     verify.add_argument("folder", help="an export folder (OUTPUT/<name>/export-<N>)")
     verify.add_argument("--model", help="the Keras model (default: the export's source)")
     verify.add_argument("--dataset", help="default: the export's dataset")
-    verify.add_argument("--limit", type=int, default=500, help="held-out images (default 500)")
+    verify.add_argument("--limit", type=_at_least(1), default=500, help="held-out images (default 500)")
     verify.add_argument("--json", action="store_true", help="print the report as JSON")
 
 
 def _add_predict_arguments(predict):
     predict.add_argument("model", help="a run folder, .keras file, SavedModel folder, .tflite or .onnx")
     predict.add_argument("images", nargs="+", help="image files (JPEG, PNG, GIF, BMP, WebP, TIFF)")
-    predict.add_argument("--top-k", type=int, default=TOP_K)
+    predict.add_argument("--top-k", type=_at_least(1), default=TOP_K)
     predict.add_argument("--json", action="store_true", help="print JSON: each image's path and top-k")
 
 
@@ -384,7 +389,9 @@ def _add_app_commands(app, common):
     mobile.add_argument(
         "--host", default="127.0.0.1", help="address to serve on (default 127.0.0.1; 0.0.0.0 for phones)"
     )
-    mobile.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)")
+    mobile.add_argument(
+        "--port", type=_at_least(0, most=65535), default=8000, help="port (default 8000; 0 picks a free one)"
+    )
     mobile.add_argument("--output", help="folder to write the app to (default: a temporary folder)")
     mobile.add_argument(
         "--build-only", action="store_true", help="write the app to --output and exit (for any static host)"
@@ -402,8 +409,32 @@ def _add_app_commands(app, common):
     mobile.set_defaults(run=_app_mobile, uses_keras=False)
 
 
+def _at_least(least, most=None):
+    """An argparse type: an integer in [least, most]. (`train`'s numbers are checked by
+    `TrainConfig.validate`, so that the Python API checks them too.)"""
+
+    def integer(text):
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < least or (most is not None and value > most):
+            bounds = f"at least {least}" if most is None else f"from {least} to {most}"
+            raise argparse.ArgumentTypeError(f"must be {bounds}, got {value}")
+        return value
+
+    return integer
+
+
+class _Parser(argparse.ArgumentParser):
+    """Bad arguments get what all bad input gets: one line, exit 1 (argparse: usage, exit 2)."""
+
+    def error(self, message):
+        self.exit(1, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser():
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="keras-vit",
         description="Vision Transformers for Keras 3: list, train, evaluate, export and predict.",
     )
@@ -454,9 +485,6 @@ def _disk_full_message(error):
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
-    if getattr(args, "num_classes", None) is not None and args.num_classes < 1:
-        print(f"keras-vit: error: --num-classes must be at least 1, got {args.num_classes}", file=sys.stderr)
-        return 1
     try:
         if not args.verbose:
             framework_logs.quiet(load_frameworks=args.uses_keras)

@@ -65,10 +65,24 @@ class TrainConfig:
             raise ValueError(f"Unknown strategy {self.strategy!r}; strategies: {', '.join(STRATEGIES)}.")
         if self.precision not in PRECISIONS:
             raise ValueError(f"Unknown precision {self.precision!r}; choose {', '.join(PRECISIONS)}.")
-        configs.get_model_config(self.model)
-        for name in ("epochs", "batch_size", "backup_every_steps", "repeated_augmentation"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}.")
+        model_config = configs.get_model_config(self.model)
+        counts = ("epochs", "batch_size", "backup_every_steps", "repeated_augmentation", "image_size")
+        for name in counts + ("steps_per_epoch",):  # steps_per_epoch: None is the whole dataset
+            value = getattr(self, name)
+            if (value is not None or name in counts) and value < 1:
+                raise ValueError(f"{name} must be at least 1, got {value}.")
+        patch = self.overrides.get("patch_size", model_config["patch_size"])
+        if self.image_size % patch:
+            sizes = sorted(
+                {max(patch, self.image_size // patch * patch), (self.image_size // patch + 1) * patch}
+            )
+            raise ValueError(
+                f"image_size {self.image_size} is not a multiple of {self.model}'s patch size {patch}: "
+                f"choose {' or '.join(map(str, sizes))}."
+            )
+        for name in ("dropout", "drop_path_rate", "validation_split"):
+            if not 0 <= getattr(self, name) < 1:
+                raise ValueError(f"{name} is a fraction in [0, 1), got {getattr(self, name)}.")
         not_negative = ("learning_rate", "weight_decay", "warmup_epochs", "label_smoothing", "clipnorm")
         for name in not_negative + ("randaugment", "mixup", "cutmix", "random_erasing"):
             value = getattr(self, name)
@@ -117,9 +131,9 @@ class TrainConfig:
             for key, value in source.items():
                 if values.get(key) is None:
                     values[key] = value
-        model_size = configs.get_model_config(values["model"])["image_size"]
-        values["image_size"] = values["image_size"] or model_size
-        if values["crop"] is None:
+        if values["image_size"] is None:
+            values["image_size"] = configs.get_model_config(values["model"])["image_size"]
+        if values["crop"] is None:  # (a bad image_size is refused by validate)
             values["crop"] = "pad" if values["image_size"] <= 64 else "resized"
         config = TrainConfig(**values)
         config.validate()

@@ -31,12 +31,47 @@ def test_models_json_uses_the_analytic_counts(capsys):
     )
 
 
-def test_bad_arguments_exit_with_status_2(capsys):
-    with pytest.raises(SystemExit) as exit_info:
-        main(["no-such-command"])
-    assert exit_info.value.code == 2
-    assert main(["models", "--num-classes", "0"]) == 1
-    assert "--num-classes must be at least 1" in capsys.readouterr().err
+def _one_line_exit_1(capsys, argv):
+    """The error line of a command that must refuse its arguments: one line, exit 1."""
+    try:
+        code = main(argv)
+    except SystemExit as exit_info:  # argparse's own checks
+        code = exit_info.code
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert code == 1, (argv, line)
+    return line
+
+
+def test_bad_arguments_get_one_line_and_exit_1(capsys):
+    assert "invalid choice: 'no-such-command'" in _one_line_exit_1(capsys, ["no-such-command"])
+    assert "invalid int value: 'abc'" in _one_line_exit_1(capsys, ["train", "--epochs", "abc"])
+
+
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (["models", "--num-classes", "0"], "--num-classes: must be at least 1, got 0"),
+        (["evaluate", "run", "--batch-size", "0"], "--batch-size: must be at least 1, got 0"),
+        (["export", "run", "--verify-images", "-1"], "--verify-images: must be at least 1, got -1"),
+        (["verify", "folder", "--limit", "0"], "--limit: must be at least 1, got 0"),
+        (["predict", "m.tflite", "a.jpg", "--top-k", "0"], "--top-k: must be at least 1, got 0"),
+        (["app", "mobile", "--model", "m.tflite", "--port", "70000"], "--port: must be from 0 to 65535"),
+        (["train", "--image-size", "0"], "image_size must be at least 1, got 0"),
+        (["train", "--image-size", "-4"], "image_size must be at least 1, got -4"),
+        (["train", "--model", "vit_tiny_patch16_224", "--image-size", "30"], "choose 16 or 32"),
+        (["train", "--steps-per-epoch", "0"], "steps_per_epoch must be at least 1, got 0"),
+        (["train", "--epochs", "0"], "epochs must be at least 1, got 0"),
+        (["train", "--dropout", "1.5"], "dropout is a fraction in [0, 1), got 1.5"),
+        (["train", "--drop-path-rate", "-0.1"], "drop_path_rate is a fraction in [0, 1)"),
+        (["train", "--validation-split", "1"], "validation_split is a fraction in [0, 1), got 1.0"),
+    ],
+)
+def test_every_numeric_flag_is_checked_before_anything_runs(capsys, tmp_path, argv, says):
+    """Once `--image-size 0` fell back to the default and trained 15 epochs."""
+    if argv[0] == "train":
+        argv = [*argv, "--output", str(tmp_path / "run")]
+    assert says in _one_line_exit_1(capsys, argv)
+    assert not (tmp_path / "run").exists()
 
 
 def test_a_saved_model_loads_in_a_fresh_process_after_import_keras_vit(tmp_path, tiny_config):
@@ -110,7 +145,7 @@ def test_a_reader_that_leaves_early_ends_the_listing_quietly(flags):
     assert (result.returncode, result.stderr) == (0, "")
 
 
-def test_train_reports_bad_input_in_one_line_with_status_2(capsys, tmp_path):
+def test_train_reports_bad_input_in_one_line_with_status_1(capsys, tmp_path):
     assert main(["train", "--model", "vit_gigantic", "--output", str(tmp_path / "run")]) == 1
     err = capsys.readouterr().err
     assert "keras-vit train: error: Unknown model config 'vit_gigantic'" in err
