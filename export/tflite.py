@@ -6,6 +6,7 @@ full-integer int8 when asked) and returns float32 probabilities. Only builtin
 ops are allowed: a Flex or custom op fails the export, naming the op.
 """
 
+import logging
 import tempfile
 
 import keras
@@ -14,6 +15,8 @@ import tensorflow as tf
 
 from keras_vit import data, pipeline
 from keras_vit.attention import AttentionRollout
+
+logger = logging.getLogger(__name__)
 
 # The variants, in the order they are exported and reported.
 VARIANTS = ("fp32", "fp16", "dynamic", "int8")
@@ -156,9 +159,16 @@ def check_builtin_ops(flatbuffer):
 
 
 def representative_images(dataset, image_size, count=200, seed=0):
-    """`count` training images, decoded and resized as in training, for int8 calibration."""
+    """`count` training images (all of them, when there are fewer), decoded and resized as in
+    training, for int8 calibration."""
     folder = data.load_dataset(dataset, seed=seed)
     split = folder["train"]
+    if len(split) < count:
+        logger.info(
+            "Calibrating int8 on the %d training images of %s (%d asked): the ranges it sets come "
+            "from fewer images.", len(split), dataset, count,
+        )  # fmt: skip
+        count = len(split)
     batches = pipeline.training_batches(  # shuffled, so every class is represented
         split.to_dataset(), image_size=tuple(image_size), batch_size=count, seed=seed, cache=False
     )

@@ -417,3 +417,34 @@ def test_export_on_another_backend_says_to_use_tensorflow(tiny_model_file, tmp_p
     with pytest.raises(ValueError, match="KERAS_BACKEND=tensorflow"):
         export_model(tiny_model_file, output=str(tmp_path / "exports"), verify=False)
     assert not (tmp_path / "exports").exists()  # refused before writing anything
+
+
+def test_int8_on_a_dataset_smaller_than_its_calibration_calibrates_on_what_there_is(
+    export_folder, tmp_path, capsys, caplog
+):
+    """9 training images, 200 asked: once a StopIteration traceback."""
+    import logging
+
+    from PIL import Image
+
+    caplog.set_level(logging.INFO, logger="keras_vit.export.tflite")
+    from keras_vit.cli import main
+
+    rng = np.random.default_rng(0)
+    for name in ("a", "b", "c"):
+        os.makedirs(tmp_path / "small" / name)
+        for i in range(3):
+            pixels = rng.integers(0, 256, (40, 40, 3), dtype=np.uint8)
+            Image.fromarray(pixels).save(tmp_path / "small" / name / f"{i}.png")
+    run = export_folder["source"]
+    code = main([
+        "export", run, "--output", str(tmp_path / "exports"), "--format", "tflite", "--quantize", "int8",
+        "--dataset", str(tmp_path / "small"), "--no-verify", "--json",
+    ])  # fmt: skip
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    calibrated = [r.getMessage() for r in caplog.records if "Calibrating int8" in r.getMessage()]
+    (line,) = calibrated
+    assert 0 < int(re.search(r"on the (\d+) training images .* \(200 asked\)", line).group(1)) < 9
+    folder = json.loads(captured.out)["folder"]
+    assert os.path.exists(os.path.join(folder, "model_int8.tflite"))
