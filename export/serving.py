@@ -17,7 +17,7 @@ import os
 import tensorflow as tf
 
 from keras_vit.export_folder import LABELS_FILE
-from keras_vit.pipeline import decode_image, resize
+from keras_vit.pipeline import decode_upright, resize, starts_with
 from keras_vit.runtimes import TOP_K
 
 # TF Serving's server-side batching (`--enable_batching --batching_parameters_file=...`):
@@ -54,10 +54,6 @@ def _little_endian(values):
 
 def _big_endian(values):
     return _little_endian(tf.reverse(values, [0]))
-
-
-def _starts_with(encoded, magic):
-    return tf.strings.substr(encoded, 0, len(magic)) == magic
 
 
 def _is_webp(encoded):
@@ -101,10 +97,10 @@ def _declared_size(encoded):
 
     return tf.case(
         [
-            (_starts_with(encoded, b"\x89PNG"), png),
-            (_starts_with(encoded, b"GIF8"), gif),
-            (_starts_with(encoded, b"BM"), bmp),
-            (_starts_with(encoded, b"\xff\xd8\xff"), jpeg),
+            (starts_with(encoded, b"\x89PNG"), png),
+            (starts_with(encoded, b"GIF8"), gif),
+            (starts_with(encoded, b"BM"), bmp),
+            (starts_with(encoded, b"\xff\xd8\xff"), jpeg),
             (_is_webp(encoded), webp),
         ],
         default=lambda: (tf.constant(0, tf.int64), tf.constant(0, tf.int64)),
@@ -124,90 +120,10 @@ def _has_end_marker(encoded):
     def png_end():
         return tf.strings.substr(encoded, -8, 4) == b"IEND"
 
-    long_png = tf.logical_and(_starts_with(encoded, b"\x89PNG"), tf.strings.length(encoded) >= 12)
+    long_png = tf.logical_and(starts_with(encoded, b"\x89PNG"), tf.strings.length(encoded) >= 12)
     return tf.case(
-        [(_starts_with(encoded, b"\xff\xd8\xff"), jpeg_end), (long_png, png_end)],
+        [(starts_with(encoded, b"\xff\xd8\xff"), jpeg_end), (long_png, png_end)],
         default=lambda: tf.constant(True),
-    )
-
-
-_EXIF_WINDOW = 65536  # APP1 (Exif) comes first or second in a JPEG, within the first 64 KB
-
-
-def _exif_orientation(encoded):
-    """The EXIF orientation tag (1-8) of a JPEG, 1 when it has none: read with tensor ops only."""
-    window = tf.strings.substr(tf.strings.join([encoded, tf.constant(b"\0" * _EXIF_WINDOW)]), 0, _EXIF_WINDOW)
-    data = tf.io.decode_raw(window, tf.uint8)
-    size = tf.constant(_EXIF_WINDOW, tf.int64)
-    exif = tf.reduce_all(
-        tf.stack([data[i : _EXIF_WINDOW - 6 + i] == c for i, c in enumerate(b"Exif\0\0")]), axis=0
-    )
-    tiff = tf.argmax(tf.cast(exif, tf.int32), output_type=tf.int64) + 6
-    little = tf.gather(data, tiff) == ord("I")
-
-    def number(positions, width):
-        positions = tf.clip_by_value(positions, 0, size - width)
-        values = tf.cast(tf.stack([tf.gather(data, positions + i) for i in range(width)], axis=-1), tf.int64)
-        places = tf.pow(tf.constant(256, tf.int64), tf.range(width, dtype=tf.int64))
-        return tf.where(little, tf.reduce_sum(values * places, -1), tf.reduce_sum(values * places[::-1], -1))
-
-    directory = tiff + number(tiff + 4, 4)
-    entries = directory + 2 + 12 * tf.range(64, dtype=tf.int64)
-    is_orientation = tf.logical_and(
-        number(entries, 2) == 0x0112, tf.range(64, dtype=tf.int64) < number(directory, 2)
-    )
-    value = number(tf.gather(entries, tf.argmax(tf.cast(is_orientation, tf.int32))) + 8, 2)
-    valid = tf.reduce_any(exif) & tf.reduce_any(is_orientation) & (value >= 1) & (value <= 8)
-    return tf.where(valid, value, 1)
-
-
-def _orient(image, orientation):
-    """Turns a decoded image upright, as Pillow's `ImageOps.exif_transpose` does."""
-    branches = [
-        lambda: image,
-        lambda: tf.image.flip_left_right(image),
-        lambda: tf.image.rot90(image, 2),
-        lambda: tf.image.flip_up_down(image),
-        lambda: tf.image.transpose(image),
-        lambda: tf.image.rot90(image, 3),
-        lambda: tf.image.rot90(tf.image.transpose(image), 2),
-        lambda: tf.image.rot90(image, 1),
-    ]
-    return tf.switch_case(tf.cast(orientation - 1, tf.int32), branches)
-
-
-def _decode_upright(encoded, channels):
-    """Decodes as `keras_vit.images.load_image` reads files: EXIF orientation applied,
-    transparent pixels composited on white, the first frame of an animation."""
-    if channels != 3:
-        return decode_image(encoded, channels=channels)
-
-    def jpeg():
-        # The accurate DCT, as Pillow decodes: the apps and the server see the same pixels.
-        image = tf.io.decode_jpeg(encoded, channels=3, dct_method="INTEGER_ACCURATE")
-        return _orient(image, _exif_orientation(encoded))
-
-    def with_alpha():
-        image = decode_image(encoded, channels=0)  # as stored: gray, gray + alpha, RGB or RGBA
-        count = tf.shape(image)[-1]
-        color = tf.cast(
-            tf.cond(count < 3, lambda: tf.tile(image[..., :1], [1, 1, 3]), lambda: image[..., :3]), tf.float32
-        )
-        opaque = tf.fill(tf.concat([tf.shape(image)[:2], [1]], 0), tf.constant(255, image.dtype))
-        alpha = tf.cast(tf.cond(count % 2 == 0, lambda: image[..., -1:], lambda: opaque), tf.float32) / 255.0
-        return tf.cast(tf.round(color * alpha + 255.0 * (1.0 - alpha)), tf.uint8)
-
-    return tf.case(
-        [
-            (_starts_with(encoded, b"\xff\xd8\xff"), jpeg),
-            # GIF: TensorFlow reads no transparency. BMP: the fourth byte of 32-bit pixels is
-            # unused padding in the common format, and Pillow ignores it too.
-            (
-                _starts_with(encoded, b"GIF8") | _starts_with(encoded, b"BM"),
-                lambda: decode_image(encoded, channels=3),
-            ),
-        ],
-        default=with_alpha,
     )
 
 
@@ -229,7 +145,7 @@ def _decode_batch(classifier, image_bytes):
 
     def decode(item):
         encoded, index = item
-        known = tf.reduce_any([_starts_with(encoded, m) for m in _SIGNATURES])
+        known = tf.reduce_any([starts_with(encoded, m) for m in _SIGNATURES])
         known = tf.logical_or(known, _is_webp(encoded))
         message = tf.strings.format(
             "image_bytes[{}] is not a JPEG, PNG, GIF, BMP or WebP image: send the file's bytes "
@@ -252,7 +168,11 @@ def _decode_batch(classifier, image_bytes):
         )
         small_enough = image_width * image_height <= MAX_PIXELS
         with tf.control_dependencies([tf.debugging.Assert(small_enough, [too_large])]):
-            image = _decode_upright(encoded, channels)
+            image = (
+                decode_upright(encoded)
+                if channels == 3
+                else tf.io.decode_image(encoded, channels=channels, expand_animations=False)
+            )
         image = resize(image, (height, width))
         return tf.ensure_shape(image, (height, width, channels))
 

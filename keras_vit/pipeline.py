@@ -28,18 +28,103 @@ _TIFF_SIGNATURES = (b"II*\x00", b"MM\x00*")
 
 
 def decode_image(encoded, channels=3):
-    """Decodes any of `images.IMAGE_EXTENSIONS` to uint8 `(height, width, channels)` (GIF: first frame).
+    """Decodes any of `images.IMAGE_EXTENSIONS` to uint8 `(height, width, channels)`: the one
+    decode of training, evaluation, verification and the served SavedModel, so a model learns
+    from the pixels it will be given.
 
-    TensorFlow decodes all but TIFF in the graph; TIFF goes through `images.load_image`, as in
-    `keras-vit predict`, for RGB (`channels=3`) only.
+    RGB (`channels=3`) decodes as `keras_vit.images.load_image` reads files (`decode_upright`);
+    TIFF goes through `images.load_image` itself, as in `keras-vit predict`.
     """
     if channels != 3:
         return tf.io.decode_image(encoded, channels=channels, expand_animations=False)
     is_tiff = tf.reduce_any([tf.equal(tf.strings.substr(encoded, 0, 4), s) for s in _TIFF_SIGNATURES])
-    return tf.cond(
-        is_tiff,
-        lambda: _decode_with_pillow(encoded),
-        lambda: tf.io.decode_image(encoded, channels=3, expand_animations=False),
+    return tf.cond(is_tiff, lambda: _decode_with_pillow(encoded), lambda: decode_upright(encoded))
+
+
+def starts_with(encoded, magic):
+    """Whether the encoded bytes begin with `magic` (a format's signature)."""
+    return tf.strings.substr(encoded, 0, len(magic)) == magic
+
+
+_EXIF_WINDOW = 65536  # APP1 (Exif) comes first or second in a JPEG, within the first 64 KB
+
+
+def _exif_orientation(encoded):
+    """The EXIF orientation tag (1-8) of a JPEG, 1 when it has none: read with tensor ops only."""
+    window = tf.strings.substr(tf.strings.join([encoded, tf.constant(b"\0" * _EXIF_WINDOW)]), 0, _EXIF_WINDOW)
+    data = tf.io.decode_raw(window, tf.uint8)
+    size = tf.constant(_EXIF_WINDOW, tf.int64)
+    exif = tf.reduce_all(
+        tf.stack([data[i : _EXIF_WINDOW - 6 + i] == c for i, c in enumerate(b"Exif\0\0")]), axis=0
+    )
+    tiff = tf.argmax(tf.cast(exif, tf.int32), output_type=tf.int64) + 6
+    little = tf.gather(data, tiff) == ord("I")
+
+    def number(positions, width):
+        positions = tf.clip_by_value(positions, 0, size - width)
+        values = tf.cast(tf.stack([tf.gather(data, positions + i) for i in range(width)], axis=-1), tf.int64)
+        places = tf.pow(tf.constant(256, tf.int64), tf.range(width, dtype=tf.int64))
+        return tf.where(little, tf.reduce_sum(values * places, -1), tf.reduce_sum(values * places[::-1], -1))
+
+    directory = tiff + number(tiff + 4, 4)
+    entries = directory + 2 + 12 * tf.range(64, dtype=tf.int64)
+    is_orientation = tf.logical_and(
+        number(entries, 2) == 0x0112, tf.range(64, dtype=tf.int64) < number(directory, 2)
+    )
+    value = number(tf.gather(entries, tf.argmax(tf.cast(is_orientation, tf.int32))) + 8, 2)
+    valid = tf.reduce_any(exif) & tf.reduce_any(is_orientation) & (value >= 1) & (value <= 8)
+    return tf.where(valid, value, 1)
+
+
+def _orient(image, orientation):
+    """Turns a decoded image upright, as Pillow's `ImageOps.exif_transpose` does."""
+    branches = [
+        lambda: image,
+        lambda: tf.image.flip_left_right(image),
+        lambda: tf.image.rot90(image, 2),
+        lambda: tf.image.flip_up_down(image),
+        lambda: tf.image.transpose(image),
+        lambda: tf.image.rot90(image, 3),
+        lambda: tf.image.rot90(tf.image.transpose(image), 2),
+        lambda: tf.image.rot90(image, 1),
+    ]
+    return tf.switch_case(tf.cast(orientation - 1, tf.int32), branches)
+
+
+def decode_upright(encoded):
+    """Decodes a JPEG, PNG, GIF, BMP or WebP to uint8 RGB as `keras_vit.images.load_image` reads
+    files: EXIF orientation applied, transparent pixels composited on white, the first frame of
+    an animation, JPEGs with the accurate DCT (as Pillow). Tensor ops only, so a SavedModel
+    carries it (`decode_image` adds TIFF, through Pillow)."""
+
+    def jpeg():
+        # The accurate DCT, as Pillow decodes: the apps and the server see the same pixels.
+        image = tf.io.decode_jpeg(encoded, channels=3, dct_method="INTEGER_ACCURATE")
+        return _orient(image, _exif_orientation(encoded))
+
+    def with_alpha():
+        image = tf.io.decode_image(
+            encoded, channels=0, expand_animations=False
+        )  # as stored: gray, gray + alpha, RGB or RGBA
+        count = tf.shape(image)[-1]
+        color = tf.cast(
+            tf.cond(count < 3, lambda: tf.tile(image[..., :1], [1, 1, 3]), lambda: image[..., :3]), tf.float32
+        )
+        opaque = tf.fill(tf.concat([tf.shape(image)[:2], [1]], 0), tf.constant(255, image.dtype))
+        alpha = tf.cast(tf.cond(count % 2 == 0, lambda: image[..., -1:], lambda: opaque), tf.float32) / 255.0
+        return tf.cast(tf.round(color * alpha + 255.0 * (1.0 - alpha)), tf.uint8)
+
+    return tf.case(
+        [
+            (starts_with(encoded, b"\xff\xd8\xff"), jpeg),
+            # GIF: TensorFlow reads no transparency. BMP: the fourth byte of 32-bit pixels is
+            # unused padding in the common format, and Pillow ignores it too.
+            (
+                starts_with(encoded, b"GIF8") | starts_with(encoded, b"BM"),
+                lambda: tf.io.decode_image(encoded, channels=3, expand_animations=False),
+            ),
+        ],
+        default=with_alpha,
     )
 
 
