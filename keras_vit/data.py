@@ -27,13 +27,22 @@ _SPLIT_FOLDERS = {"train": "train", "val": "validation", "validation": "validati
 
 @dataclasses.dataclass(frozen=True)
 class Split:
-    """One split: encoded images (bytes) or image file paths, and integer labels."""
+    """One split: encoded images (bytes) or image file paths, integer labels, and each image's
+    name (its path in the folder or `.zip`), for messages."""
 
     images: tuple
     labels: tuple
+    names: tuple = ()
 
     def __len__(self):
         return len(self.labels)
+
+    def undecodable(self):
+        """The names of the images that do not decode (not an image, truncated), in one
+        parallel pass."""
+        from keras_vit import pipeline
+
+        return [self.names[i] for i in pipeline.undecodable(self.to_dataset(), len(self))]
 
     def to_dataset(self):
         """A `tf.data.Dataset` of `(encoded image bytes, label)` pairs."""
@@ -47,6 +56,21 @@ class Split:
                 lambda path, label: (tf.io.read_file(path), label), num_parallel_calls=tf.data.AUTOTUNE
             )
         return dataset
+
+
+def check_images(splits):
+    """Raises a one-line ValueError naming the files of `splits` (folder and `.zip` splits) that
+    do not decode: refused before training starts rather than met mid-epoch, where the error
+    could not name the file and a run resumed without it would see other batches."""
+    bad = [
+        name for split in splits if isinstance(split, Split) and len(split) for name in split.undecodable()
+    ]
+    if bad:
+        named = ", ".join(bad[:3]) + (f" and {len(bad) - 3} more" if len(bad) > 3 else "")
+        raise ValueError(
+            f"{len(bad)} of the dataset's files are not images that decode (not an image, or "
+            f"truncated): {named}. Delete or replace them, then run the same command again."
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -179,7 +203,7 @@ def read_image_folder(path, validation_split=0.1, seed=0):
         pairs = [(f, index[c]) for c in class_names for f in per_class.get(c, [])]
         names = [prefix + f for f, _ in pairs]
         images = tuple(read(n) if read else os.path.join(path, *n.split("/")) for n in names)
-        return Split(images, tuple(label for _, label in pairs))
+        return Split(images, tuple(label for _, label in pairs), tuple(names))
 
     train = by_split["train"]
     if "validation" not in by_split:

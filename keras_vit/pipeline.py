@@ -234,6 +234,18 @@ def _shuffled(examples, buffer, seed):
         graph.seed = global_seed
 
 
+def undecodable(pairs, count):
+    """The indices of the `count` `(encoded, label)` pairs `decode_image` cannot decode, in order."""
+    decodable = (
+        pairs.enumerate()
+        .map(lambda index, pair: (index, tf.shape(_decode(*pair)[0])), num_parallel_calls=AUTOTUNE)
+        .ignore_errors()
+        .map(lambda index, _: index)
+    )
+    good = set(decodable.as_numpy_iterator())
+    return [index for index in range(count) if index not in good]
+
+
 def _cached_examples(pairs, image_size, num_examples, cache):
     """(examples, decode, shuffle buffer): the examples a pass shuffles, kept in memory, and what
     turns one into a uint8 image at `image_size` with its int32 label."""

@@ -124,6 +124,7 @@ def _read_data(config):
     """The run's training stream and validation batches, as `{"images", "labels"}` dicts."""
     dataset = data.load_dataset(config.dataset, validation_split=config.validation_split, seed=config.seed)
     train_split, val_split = dataset["train"], dataset["validation"]
+    data.check_images([train_split, val_split])
     if len(train_split) < config.batch_size:
         raise ValueError(
             f"{dataset.source} has {len(train_split)} training images, fewer than one batch of "

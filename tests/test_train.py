@@ -191,6 +191,44 @@ def _cli(*args):
     return _cli_command("train", *args)
 
 
+def test_files_that_do_not_decode_are_refused_by_name_before_anything_is_written(colors_dataset, tmp_path):
+    """Once a text file named .jpg killed training mid-epoch with 28 lines of TensorFlow."""
+    import io
+    import shutil
+    import zipfile
+
+    from PIL import Image
+
+    folder = tmp_path / "photos"
+    shutil.copytree(colors_dataset, folder)
+    (folder / "red" / "zz_fake.jpg").write_text("not an image")
+    photo = io.BytesIO()
+    Image.fromarray(np.random.default_rng(0).integers(0, 256, (64, 64, 3), dtype=np.uint8)).save(
+        photo, "JPEG"
+    )
+    (folder / "green" / "cut.jpg").write_bytes(photo.getvalue()[: len(photo.getvalue()) // 2])
+    png = (folder / "blue" / "00.png").read_bytes()
+    (folder / "blue" / "cut.png").write_bytes(png[: len(png) // 2])
+    archive = tmp_path / "photos.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        for path in sorted(folder.rglob("*.*")):
+            z.write(path, path.relative_to(tmp_path).as_posix())
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TF_CPP")}  # as a user runs it
+    for dataset in (folder, archive):
+        output = tmp_path / f"run-{dataset.suffix or 'folder'}"
+        result = subprocess.run(
+            _cli("--dataset", str(dataset), "--output", str(output), "--epochs", "1", "--batch-size", "8"),
+            env=env, capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        (line,) = result.stderr.strip().splitlines()
+        assert result.returncode == 1 and line.startswith(
+            "keras-vit train: error: 3 of the dataset's files"
+        ), line
+        for name in ("blue/cut.png", "green/cut.jpg", "red/zz_fake.jpg"):
+            assert name in line, line
+        assert not output.exists()
+
+
 KILL_AFTER_BACKUP = os.path.join(os.path.dirname(__file__), "kill_after_backup.py")
 
 
