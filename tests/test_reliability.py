@@ -1145,3 +1145,19 @@ def test_the_desktop_apps_csv_on_a_full_disk_is_one_disk_full_error_and_no_file(
     with pytest.raises(DiskFullError, match=r"No space left to write .*predictions\.csv"):
         write_csv(rows, small_disk / "predictions.csv")
     assert os.listdir(small_disk) == [full_disk.FILLER]  # no partial file
+
+
+def test_the_mobile_apps_front_end_install_on_a_full_disk_is_one_line_and_leaves_nothing(
+    small_disk, tmp_path
+):
+    """LiteRT.js (38 MB) is installed once into the user's cache, here a 12 MB disk. npm itself
+    reports success there, leaving empty .wasm files that a later run would have served."""
+    from keras_vit.apps.mobile.build import ensure_front_end, front_end_folder
+
+    env = dict(os.environ, XDG_CACHE_HOME=str(small_disk))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(os, "environ", env)
+        with pytest.raises(DiskFullError, match=r"No space left to write .*mobile-front-end"):
+            ensure_front_end()
+        cache = front_end_folder().parent
+    assert not cache.exists() or not any(cache.iterdir())  # no half-installed packages

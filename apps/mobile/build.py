@@ -26,6 +26,7 @@ import tempfile
 from pathlib import Path
 
 from keras_vit.export_folder import TFLITE_FILE as MODEL_FILE
+from keras_vit.files import DiskFullError, folder_size
 from keras_vit.runtimes import TOP_K, TFLiteRunner
 
 HERE = Path(__file__).resolve().parent
@@ -69,6 +70,9 @@ def front_end_folder():
     return cache / "keras-vit" / "mobile-front-end" / hashlib.sha256(lock).hexdigest()[:16]
 
 
+_ROOM_LEFT = 1 << 20  # free bytes an install that had room leaves at least
+
+
 def ensure_front_end():
     """Installs the locked front-end packages (`npm ci`) into `front_end_folder()` unless they
     are there already; returns its node_modules folder."""
@@ -94,6 +98,10 @@ def ensure_front_end():
             capture_output=True,
             text=True,
         )
+        # npm reports success when the disk fills as it unpacks (it leaves empty .wasm files):
+        # a disk left without room is taken as one that ran out.
+        if "ENOSPC" in result.stderr + result.stdout or shutil.disk_usage(staging).free < _ROOM_LEFT:
+            raise DiskFullError(folder, folder_size(staging))
         if result.returncode != 0:
             detail = (result.stderr or result.stdout).strip().splitlines()[-1:] or ["no output"]
             raise ValueError(
