@@ -397,8 +397,8 @@ def test_a_keras_trained_vit_saved_for_timm_loads_in_timm_with_our_logits(tmp_pa
         path = tmp_path / f"{writer}.safetensors"
         write(path)
         loaded = timm.create_model(
-            "vit_tiny_patch16_224", pretrained=True, pretrained_cfg_overlay={"file": str(path), "num_classes": 5},
-            img_size=64, num_classes=5,
+            "vit_tiny_patch16_224", img_size=64, num_classes=5, pretrained=True,
+            pretrained_cfg_overlay={"file": str(path), "num_classes": 5},
         ).eval()  # fmt: skip
         difference = _max_diff(_timm_logits(loaded, images), ours)
         assert (
