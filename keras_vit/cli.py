@@ -99,14 +99,17 @@ def _evaluate(args):
 def _predict(args):
     import textwrap
 
+    from keras_vit.images import image_files
     from keras_vit.predict import iter_predictions
     from keras_vit.runtimes import open_model
 
-    if args.top_k < 1:
-        raise ValueError(f"--top-k must be at least 1, got {args.top_k}.")
+    # A folder stands for the images directly in it, as in the desktop app.
+    paths = [
+        path for given in args.images for path in (image_files(given) if os.path.isdir(given) else [given])
+    ]
     failed = False
     # Each answer is printed as its batch is classified (a JSON array, item by item, with --json).
-    for number, result in enumerate(iter_predictions(open_model(args.model), args.images, top_k=args.top_k)):
+    for number, result in enumerate(iter_predictions(open_model(args.model), paths, top_k=args.top_k)):
         failed = failed or "error" in result
         if args.json:
             item = textwrap.indent(json.dumps(result, indent=2), "  ")
@@ -359,8 +362,12 @@ def _add_verify_arguments(verify):
 
 
 def _add_predict_arguments(predict):
-    predict.add_argument("model", help="a run folder, .keras file, SavedModel folder, .tflite or .onnx")
-    predict.add_argument("images", nargs="+", help="image files (JPEG, PNG, GIF, BMP, WebP, TIFF)")
+    predict.add_argument(
+        "model", help="a run folder, .keras file, SavedModel folder, export-N folder, .tflite or .onnx"
+    )
+    predict.add_argument(
+        "images", nargs="+", help="image files (JPEG, PNG, GIF, BMP, WebP, TIFF) or folders of them"
+    )
     predict.add_argument("--top-k", type=_at_least(1), default=TOP_K)
     predict.add_argument("--json", action="store_true", help="print JSON: each image's path and top-k")
 

@@ -83,3 +83,25 @@ def _to_rgb(image):
         background = Image.new("RGBA", rgba.size, BACKGROUND + (255,))
         return Image.alpha_composite(background, rgba).convert("RGB")
     return image.convert("RGB")  # L, 1, CMYK, YCbCr, LAB, HSV, RGB
+
+
+def image_files(folder):
+    """The image files directly in `folder`, sorted by name.
+
+    Raises:
+        FileNotFoundError: no such folder.
+        ValueError: `folder` is a file, or holds no images.
+    """
+    folder = os.fspath(folder)
+    if not os.path.exists(folder):
+        raise FileNotFoundError(f"Folder not found: {folder}")
+    if not os.path.isdir(folder):
+        raise ValueError(f"{folder} is a file, not a folder.")
+    files = sorted(
+        os.path.join(folder, name)
+        for name in os.listdir(folder)
+        if name.lower().endswith(IMAGE_EXTENSIONS) and os.path.isfile(os.path.join(folder, name))
+    )
+    if not files:
+        raise ValueError(f"{folder} holds no images ({', '.join(IMAGE_EXTENSIONS)}).")
+    return files

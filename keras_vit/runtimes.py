@@ -14,7 +14,7 @@ import re
 import numpy as np
 
 from keras_vit import framework_logs
-from keras_vit.export_folder import LABELS_FILE
+from keras_vit.export_folder import LABELS_FILE, TFLITE_FILE
 from keras_vit.run_folder import MODEL_FILE
 
 # How many classes an answer lists: `keras-vit predict`, the apps, the SavedModel's outputs.
@@ -281,7 +281,12 @@ def open_model(path):
             return SavedModelRunner(path)
         if os.path.exists(os.path.join(path, MODEL_FILE)):
             return KerasRunner(path)
-        raise ValueError(f"{path} is neither a run folder (model.keras) nor a SavedModel (saved_model.pb).")
+        if os.path.exists(os.path.join(path, TFLITE_FILE)):  # an export-N folder: what the apps ship
+            return TFLiteRunner(os.path.join(path, TFLITE_FILE))
+        raise ValueError(
+            f"{path} is neither a run folder ({MODEL_FILE}), a SavedModel (saved_model.pb) nor an "
+            f"export folder ({TFLITE_FILE})."
+        )
     extension = os.path.splitext(path)[1].lower()
     if extension == ".keras":
         return KerasRunner(path)

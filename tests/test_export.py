@@ -506,3 +506,26 @@ def test_training_decodes_a_photo_as_pillow_and_the_apps_do(tmp_path):
         decoded = pipeline.decode_image(tf.constant(path.read_bytes())).numpy()
         assert decoded.shape == (48, 64, 3), path  # the sideways ones upright
         np.testing.assert_array_equal(decoded, images.load_image(str(path)), err_msg=str(path))
+
+
+def test_predict_takes_an_export_folder_and_folders_of_images(export_folder, tmp_path, capsys):
+    """As the apps do: an export-N folder runs its model.tflite; a folder is its images."""
+    import shutil
+
+    from keras_vit.cli import main
+
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    pairs = data.load_dataset("cifar10-mini")["test"].to_dataset().take(3).as_numpy_iterator()
+    for i, (encoded, _) in enumerate(pairs):
+        (photos / f"{i}.png").write_bytes(encoded)
+    (photos / "notes.txt").write_text("not an image, and not listed")
+    shutil.copyfile(photos / "0.png", tmp_path / "single.png")
+    assert (
+        main(["predict", export_folder["folder"], str(photos), str(tmp_path / "single.png"), "--json"]) == 0
+    )
+    results = json.loads(capsys.readouterr().out)
+    assert [os.path.basename(r["path"]) for r in results] == ["0.png", "1.png", "2.png", "single.png"]
+    assert results[0]["top_k"] == results[3]["top_k"]
+    tflite = main(["predict", os.path.join(export_folder["folder"], "model.tflite"), str(photos), "--json"])
+    assert tflite == 0 and json.loads(capsys.readouterr().out) == results[:3]

@@ -11,7 +11,6 @@ import os
 import time
 
 from keras_vit.export_folder import ATTENTION_FILE
-from keras_vit.images import IMAGE_EXTENSIONS
 from keras_vit.runtimes import TOP_K, open_model, ranked
 
 
@@ -147,28 +146,6 @@ class LoadedModel:
             self.kind, self.kind
         )
         return f"{self.name} · {runtime} · {height}x{width} · {len(self.class_names)} classes"
-
-
-def image_files(folder):
-    """The image files directly in `folder`, sorted by name.
-
-    Raises:
-        FileNotFoundError: no such folder.
-        ValueError: `folder` is a file, or holds no images.
-    """
-    folder = os.fspath(folder)
-    if not os.path.exists(folder):
-        raise FileNotFoundError(f"Folder not found: {folder}")
-    if not os.path.isdir(folder):
-        raise ValueError(f"{folder} is a file, not a folder.")
-    files = sorted(
-        os.path.join(folder, name)
-        for name in os.listdir(folder)
-        if name.lower().endswith(IMAGE_EXTENSIONS) and os.path.isfile(os.path.join(folder, name))
-    )
-    if not files:
-        raise ValueError(f"{folder} holds no images ({', '.join(IMAGE_EXTENSIONS)}).")
-    return files
 
 
 CSV_COLUMNS = ("file", "top1", "probability", "top5", "milliseconds", "error")

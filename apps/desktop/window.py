@@ -31,7 +31,7 @@ from PySide6.QtWidgets import (
 )
 
 from keras_vit.apps.desktop import inference, overlay
-from keras_vit.images import IMAGE_EXTENSIONS
+from keras_vit.images import IMAGE_EXTENSIONS, image_files
 from keras_vit.runtimes import TOP_K
 
 IMAGE_VIEW_SIZE = 440
@@ -355,7 +355,7 @@ class MainWindow(QMainWindow):
                 files = [os.fspath(f) for f in folder_or_files]
                 title = f"{len(files)} files"
             else:
-                files = inference.image_files(folder_or_files)
+                files = image_files(folder_or_files)
                 title = os.fspath(folder_or_files)
             if self.model is None:
                 raise ValueError("Open a model first (Open model…, or drop a .tflite on the window).")
