@@ -103,10 +103,12 @@ def _predict(args):
     from keras_vit.predict import iter_predictions
     from keras_vit.runtimes import open_model
 
-    # A folder stands for the images directly in it, as in the desktop app.
-    paths = [
-        path for given in args.images for path in (image_files(given) if os.path.isdir(given) else [given])
-    ]
+    paths = []
+    for given in args.images:  # a folder stands for the images directly in it, as in the desktop app
+        try:
+            paths += image_files(given) if os.path.isdir(given) else [given]
+        except ValueError:  # one with none is reported in its turn, as a bad file is
+            paths.append(given)
     failed = False
     # Each answer is printed as its batch is classified (a JSON array, item by item, with --json).
     for number, result in enumerate(iter_predictions(open_model(args.model), paths, top_k=args.top_k)):
