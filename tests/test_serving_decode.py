@@ -89,14 +89,13 @@ def test_short_headers_give_an_error_not_a_crash(encoded):
 @pytest.mark.parametrize("orientation", range(1, 9))
 @pytest.mark.parametrize("graph", [False, True], ids=["eager", "graph"])
 def test_exif_orientation_is_applied_as_pillow_does(orientation, graph):
-    from keras_vit.export.serving import _decode_upright
     from keras_vit.images import load_image
+    from keras_vit.pipeline import decode_upright
 
     exif = Image.Exif()
     exif[0x0112] = orientation
     encoded = _encode(RGB, "JPEG", quality=95, exif=exif)
-    decode = lambda data: _decode_upright(data, 3)  # noqa: E731
-    decode = tf.function(decode) if graph else decode
+    decode = tf.function(decode_upright) if graph else decode_upright
     upright = decode(tf.constant(encoded)).numpy()
     expected = load_image(encoded)  # Pillow: ImageOps.exif_transpose
     assert upright.shape == expected.shape
@@ -107,15 +106,15 @@ def test_exif_orientation_is_applied_as_pillow_does(orientation, graph):
 
 
 def test_transparent_pixels_are_white_as_in_the_apps():
-    from keras_vit.export.serving import _decode_upright
     from keras_vit.images import load_image
+    from keras_vit.pipeline import decode_upright
 
     rgba = np.asarray(RGBA).copy()
     rgba[..., 3] = np.linspace(0, 255, rgba.shape[1], dtype=np.uint8)
     for format in ("PNG", "WEBP", "BMP"):
         options = {"lossless": True} if format == "WEBP" else {}
         encoded = _encode(Image.fromarray(rgba), format, **options)
-        decoded = _decode_upright(tf.constant(encoded), 3).numpy().astype(int)
+        decoded = decode_upright(tf.constant(encoded)).numpy().astype(int)
         assert np.abs(decoded - load_image(encoded)).max() <= 1, format
 
 
