@@ -37,13 +37,6 @@ class Split:
     def __len__(self):
         return len(self.labels)
 
-    def undecodable(self):
-        """The names of the images that do not decode (not an image, truncated), in one
-        parallel pass."""
-        from keras_vit import pipeline
-
-        return [self.names[i] for i in pipeline.undecodable(self.to_dataset(), len(self))]
-
     def to_dataset(self):
         """A `tf.data.Dataset` of `(encoded image bytes, label)` pairs."""
         import tensorflow as tf
@@ -62,9 +55,16 @@ def check_images(splits):
     """Raises a one-line ValueError naming the files of `splits` (folder and `.zip` splits) that
     do not decode: refused before training starts rather than met mid-epoch, where the error
     could not name the file and a run resumed without it would see other batches."""
-    bad = [
-        name for split in splits if isinstance(split, Split) and len(split) for name in split.undecodable()
-    ]
+    from keras_vit import pipeline
+
+    splits = [split for split in splits if isinstance(split, Split) and len(split)]
+    if not splits:
+        return
+    pairs = splits[0].to_dataset()
+    for split in splits[1:]:
+        pairs = pairs.concatenate(split.to_dataset())  # one pass: the decode is traced once
+    names = [name for split in splits for name in split.names or [f"image {i}" for i in range(len(split))]]
+    bad = [names[i] for i in pipeline.undecodable(pairs, len(names))]
     if bad:
         named = ", ".join(bad[:3]) + (f" and {len(bad) - 3} more" if len(bad) > 3 else "")
         raise ValueError(

@@ -163,12 +163,33 @@ def image_folder(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def export_folder(tmp_path_factory):
-    """A tiny ViT trained for one epoch, exported: SavedModel, fp32 TFLite, attention TFLite."""
+    """A tiny ViT trained for one epoch, exported: SavedModel, fp32 TFLite, attention TFLite.
+
+    Built once for the whole run: pytest-xdist's workers share it through a folder beside their
+    own temporary folders, the first to take the lock building it (about 35 s). Tests only read it.
+    """
+    import fcntl
+    import json
+
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker is None:
+        return _build_export_folder(tmp_path_factory.mktemp("export_folder"))
+    shared = tmp_path_factory.getbasetemp().parent / "export_folder"
+    with open(str(shared) + ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        manifest = shared / "manifest.json"
+        if not manifest.exists():
+            built = _build_export_folder(shared)
+            manifest.write_text(json.dumps(built))
+        return json.loads(manifest.read_text())
+
+
+def _build_export_folder(root):
     from keras_vit.export.exporter import export_model
     from keras_vit.train import train
     from keras_vit.train_config import TrainConfig
 
-    run = tmp_path_factory.mktemp("run") / "run"
+    run = root / "run" / "run"
     train(
         TrainConfig(
             model="vit_nano_patch4_32",
@@ -181,7 +202,7 @@ def export_folder(tmp_path_factory):
     )
     manifest = export_model(
         str(run),
-        output=str(tmp_path_factory.mktemp("exports")),
+        output=str(root / "exports"),
         formats=("saved_model", "tflite"),
         quantize=(),
         verify=False,

@@ -40,7 +40,7 @@ SETTINGS_SURFACES = ("Python API", "CLI")
 NOT_APPLICABLE = "n/a"
 DISK_FULL_SCENARIO = (
     "`keras-vit train` on a disk that fills during a backup, the end-of-epoch save, TensorBoard's "
-    "writes, log.csv and the results, in turn"
+    "writes, the backup's record and the results, in turn"
 )
 # The rows of the load-and-faults table, each filled by one test.
 LOAD_SCENARIOS = (
@@ -801,14 +801,14 @@ def _partial_files(folder):
 # Where a training run meets a disk that has just filled up: (the writer that fills it first, which
 # of its calls, the bytes left free). What is left free lets a write start and fail part way:
 # HDF5 crashed the process (SIGSEGV) when it closed a file whose writes had failed so.
+# Each moment is a training run (about 18 s here); the other writers of a run folder meet a full
+# disk in-process below (TensorBoard's new events file as a fit starts, log.csv).
 FULL_DISK_MOMENTS = (
     ("keras_vit.callbacks.ResumableBackup._save_model", 2, 64 << 10),  # during a backup
     ("keras_vit.callbacks.BestModelCheckpoint.on_epoch_end", 1, 16 << 10),  # the end-of-epoch save
     ("keras_vit.callbacks.TensorBoardLog.on_epoch_end", 1, 0),  # TensorFlow's event writer
-    ("keras_vit.callbacks.TensorBoardLog.set_model", 1, 0),  # its new events file, as a fit starts
-    ("keras_vit.callbacks.EpochLog.on_epoch_end", 1, 0),  # log.csv
-    ("keras_vit.callbacks.ResumableBackup.epoch_end_written", 1, 0),  # the backup's record, after them
-    ("keras_vit.train._write_results", 1, 0),  # training.png and history.json
+    ("keras_vit.callbacks.ResumableBackup.epoch_end_written", 1, 0),  # the backup's record, last
+    ("keras_vit.train._write_results", 1, 0),  # training.png and history.json, every step taken
 )
 
 
@@ -876,6 +876,26 @@ def test_a_disk_that_fills_at_any_moment_of_training_loses_nothing_and_the_same_
         f"so far loads; with the space freed the same command resumes each time, and at last finishes "
         f"the 24 steps and saves a whole model.keras (after truncating it)"
     )
+
+
+def test_the_run_folders_other_writers_on_a_full_disk_raise_disk_full_and_leave_no_partial_file(small_disk):
+    """TensorBoard's events file, written as each fit starts (TensorFlow's native writer), and
+    log.csv: on a disk with no byte left, each a `DiskFullError` naming its path (the command's
+    one line and exit 1), never a signal; log.csv keeps its earlier rows."""
+    model = _compiled_model()
+    log = callbacks.EpochLog(str(small_disk / "log.csv"))
+    log.set_model(model)
+    log.on_train_begin()
+    log.on_epoch_end(0, {"loss": 1.0})
+    written = (small_disk / "log.csv").read_text()
+    full_disk.fill(small_disk, leave=0)
+    log.on_train_begin()
+    with pytest.raises(DiskFullError, match=r"No space left to write .*log\.csv"):
+        log.on_epoch_end(1, {"loss": 0.5})
+    assert (small_disk / "log.csv").read_text() == written
+    with pytest.raises(DiskFullError, match=r"No space left to write .*logs"):
+        callbacks.TensorBoardLog(str(small_disk / "logs")).set_model(model)
+    assert not _partial_files(small_disk)
 
 
 def _compiled_model():
