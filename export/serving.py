@@ -1,7 +1,7 @@
 """The SavedModel for TF Serving: encoded images in, probabilities and class names out.
 
 Signatures:
-    serving_default: `image_bytes`, a batch of encoded JPEG, PNG, GIF or BMP
+    serving_default: `image_bytes`, a batch of encoded JPEG, PNG, GIF, BMP or WebP
         images (string). The `_bytes` suffix lets TF Serving's REST API take
         `{"instances": [{"b64": "..."}]}`. Decoding, resizing and normalising
         happen in the graph, with the model's own preprocessing.

@@ -13,7 +13,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_vit import data, pipeline
+from keras_vit import data, framework_logs, pipeline
 from keras_vit.attention import AttentionRollout
 
 logger = logging.getLogger(__name__)
@@ -104,7 +104,8 @@ def convert(classifier, variant, representative_images=None, int8_input="uint8")
             if int8_input == "uint8":
                 converter.inference_input_type = tf.uint8
         try:
-            flatbuffer = converter.convert()
+            with framework_logs.native_lines_muted():  # the calibrator prints "fully_quantize: 0, ..."
+                flatbuffer = converter.convert()
         except Exception as error:  # the converter raises its own ConverterError
             message = str(error)
             if "Flex" in message or "custom op" in message or "not supported" in message:

@@ -25,7 +25,7 @@ def _command_line_is_starting():
 
 
 if not _command_line_is_starting():
-    from keras_vit import features, layers, optimizers
+    from keras_vit import features, layers, optimizers, pipeline
     from keras_vit.complexity import forward_flops, parameter_count, training_flops
     from keras_vit.configs import list_models
     from keras_vit.models import ViT, create_model, resize_model
@@ -45,6 +45,7 @@ __all__ = [
     "load_weights",
     "optimizers",
     "parameter_count",
+    "pipeline",
     "resample_position_embeddings",
     "resize_model",
     "training_flops",

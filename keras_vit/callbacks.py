@@ -123,6 +123,11 @@ class ResumableBackup(keras.callbacks.BackupAndRestore):
     def on_train_begin(self, logs=None):
         pass  # `restore` runs before `fit`: the data stream starts at the restored step
 
+    def _should_save_on_batch(self, batch):
+        # At the run's steps N, 2N, ...: Keras counts the batches of each epoch from 0 instead
+        # of -1, so with several steps per call (3.15) its first backup of an epoch came a call late.
+        return optimizer_step(self.model) % self.save_freq == 0
+
     def on_train_batch_end(self, batch, logs=None):
         if self._metric_totals is not None:
             # The resumed epoch's totals so far join this call's: Keras builds the metrics in the

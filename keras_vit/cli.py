@@ -96,6 +96,12 @@ def _evaluate(args):
     return 0
 
 
+def _model_needs_tensorflow(args):
+    from keras_vit.runtimes import needs_tensorflow
+
+    return needs_tensorflow(args.model)
+
+
 def _predict(args):
     import textwrap
 
@@ -211,7 +217,11 @@ def _add_train_arguments(parser):
 
     add = parser.add_argument
     add("--dataset", help="an image folder or .zip of class_name/image files, or cifar10-mini (default)")
-    add("--model", help="a name from `keras-vit models` (default: the preset's, else vit_nano_patch4_32)")
+    add(
+        "--model",
+        type=_model_name,
+        help="a name from `keras-vit models` (default: the preset's, else vit_nano_patch4_32)",
+    )
     add("--output", help="the run folder (default runs/latest); rerun the same command to resume")
     add(
         "--preset",
@@ -418,6 +428,17 @@ def _add_app_commands(app, common):
     mobile.set_defaults(run=_app_mobile, uses_keras=False)
 
 
+def _model_name(text):
+    """An argparse type: a named config, checked before TensorFlow loads (a typo answers at once)."""
+    from keras_vit.configs import get_model_config
+
+    try:
+        get_model_config(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    return text
+
+
 def _at_least(least, most=None):
     """An argparse type: an integer in [least, most]. (`train`'s numbers are checked by
     `TrainConfig.validate`, so that the Python API checks them too.)"""
@@ -455,7 +476,8 @@ def build_parser():
     )
 
     # uses_keras: the command loads TensorFlow and Keras, so it loads them at once with their
-    # start-up lines muted (the apps start without them).
+    # start-up lines muted (the apps start without them); a function of the arguments where
+    # that depends on them (`predict` on a .tflite needs neither).
     def command(name, run, uses_keras=True, **kwargs):
         parser = commands.add_parser(name, parents=[common], **kwargs)
         parser.set_defaults(run=run, uses_keras=uses_keras)
@@ -473,7 +495,9 @@ def build_parser():
         )
     )
     _add_verify_arguments(command("verify", _verify, help="check an export folder against Keras again"))
-    _add_predict_arguments(command("predict", _predict, help="top-k classes of image files"))
+    _add_predict_arguments(
+        command("predict", _predict, uses_keras=_model_needs_tensorflow, help="top-k classes of image files")
+    )
     _add_app_commands(commands.add_parser("app", help="the desktop and mobile classifiers"), common)
     return parser
 
@@ -496,7 +520,8 @@ def main(argv=None):
     args = build_parser().parse_args(argv)
     try:
         if not args.verbose:
-            framework_logs.quiet(load_frameworks=args.uses_keras)
+            uses_keras = args.uses_keras(args) if callable(args.uses_keras) else args.uses_keras
+            framework_logs.quiet(load_frameworks=uses_keras)
         return args.run(args)
     except (ValueError, FileNotFoundError, TypeError) as error:
         # Bad input: one clear line, no traceback.

@@ -67,6 +67,30 @@ def load_image(source, max_side=MAX_SIDE):
     return np.asarray(image, dtype=np.uint8)
 
 
+def resize(pixels, image_size):
+    """Resizes `(height, width, channels)` pixels to `image_size` as float32 in [0, 255], as
+    `keras_vit.pipeline.resize` does in TensorFlow (antialiased bilinear) for training and the
+    served model, equal to float32 rounding: `keras-vit predict` and the apps need no
+    TensorFlow to run a `.tflite` or `.onnx`. Skipped when the image already fits."""
+    pixels = np.asarray(pixels, dtype=np.float32)
+    height, width = int(image_size[0]), int(image_size[1])
+    if pixels.shape[:2] == (height, width):
+        return pixels
+    rows = np.tensordot(_triangle_weights(pixels.shape[0], height), pixels, axes=(1, 0))
+    return np.matmul(_triangle_weights(pixels.shape[1], width), rows)  # (height, width, channels)
+
+
+def _triangle_weights(size, new_size):
+    """`(new_size, size)` weights of TensorFlow's `scale_and_translate` with the triangle kernel
+    and antialiasing: half-pixel centres, the kernel widened by the shrink factor, each row of
+    weights summing to 1."""
+    inverse_scale = size / new_size
+    kernel_scale = max(inverse_scale, 1.0)  # antialiasing: a shrink averages all it covers
+    centres = (np.arange(new_size) + 0.5) * inverse_scale - 0.5
+    weights = np.maximum(0.0, 1.0 - np.abs(centres[:, None] - np.arange(size)) / kernel_scale)
+    return (weights / weights.sum(axis=1, keepdims=True)).astype(np.float32)
+
+
 def _to_rgb(image):
     from PIL import Image
 

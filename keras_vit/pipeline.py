@@ -9,9 +9,13 @@ model's size; the model normalises them itself (`ViT(image_mean=...,
 image_std=...)`), so training, export and the apps share one definition.
 """
 
+import dataclasses
+import functools
+
 import tensorflow as tf
 
-from keras_vit import images
+from keras_vit import data, images
+from keras_vit.recipes import DEFAULTS, SEED
 
 AUTOTUNE = tf.data.AUTOTUNE
 # Decoded training images are cached in memory up to this size (CIFAR-10's 50,000
@@ -137,7 +141,8 @@ def _decode_with_pillow(encoded):
 
 
 def resize(image, image_size):
-    """Resizes to `image_size` (height, width) as float32 in [0, 255]; skipped when it already fits."""
+    """Resizes to `image_size` (height, width) as float32 in [0, 255]; skipped when it already fits.
+    `keras_vit.images.resize` is the same resize in NumPy, for runs without TensorFlow."""
     image = tf.cast(image, tf.float32)
     if image.shape[0] == image_size[0] and image.shape[1] == image_size[1]:
         return image
@@ -284,3 +289,84 @@ def evaluation_batches(pairs, *, image_size, batch_size, cache=True):
     if cache:
         dataset = dataset.cache()
     return dataset.batch(batch_size, num_parallel_calls=AUTOTUNE).prefetch(AUTOTUNE)
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingData:
+    """A dataset read as `keras-vit train` reads it (`read_training_data`)."""
+
+    source: str
+    class_names: list
+    train_count: int
+    validation_count: int
+    steps_per_epoch: int  # whole batches in one pass over the training images
+    validation: object  # `evaluation_batches` of the validation split; None when it has none
+    _stream: object
+
+    def train_from(self, step=0):
+        """The training stream (`training_batches`) from its batch `step`: endless, so give
+        `model.fit` `steps_per_epoch`; batches of `{"images": uint8, "labels": int32}`."""
+        return self._stream(start_batch=step)
+
+    def keras_datasets(self):
+        """`(train_ds, val_ds)` for a plain Keras `model.fit`: batches of `(float32 images in
+        [0, 255], int32 labels)` at the model's size, unaugmented (`keras-vit train` augments
+        them in its training step: `keras_vit.augment`). `train_ds` is endless, each pass over
+        the data in a new order:
+
+            model.fit(train_ds, validation_data=val_ds, steps_per_epoch=data.steps_per_epoch, epochs=10)
+        """
+
+        def as_pair(batch):
+            return tf.cast(batch["images"], tf.float32), batch["labels"]
+
+        validation = self.validation.map(as_pair) if self.validation is not None else None
+        return self.train_from(0).map(as_pair, num_parallel_calls=AUTOTUNE), validation
+
+
+def read_training_data(
+    dataset, *, image_size, batch_size, validation_split=DEFAULTS["validation_split"], seed=SEED, repeats=1
+):
+    """Reads a dataset as `keras-vit train` does: a folder of class folders, a `.zip` of one,
+    a tensorflow-datasets name (`"cifar10"`) or an embedded one (`keras_vit.data.load_dataset`), its
+    validation split carved with `seed` unless it has its own, every image checked to decode
+    first, decoded as the exported models decode (EXIF orientation, the accurate DCT) and
+    resized to `image_size` as they resize.
+
+        data = keras_vit.pipeline.read_training_data("photos/", image_size=(224, 224), batch_size=32)
+        train_ds, val_ds = data.keras_datasets()
+        data.class_names  # the folder names, sorted: the labels' order
+
+    Raises:
+        FileNotFoundError: nothing at `dataset`.
+        ValueError: files that do not decode (named), or fewer training images than one batch.
+    """
+    found = data.load_dataset(dataset, validation_split=validation_split, seed=seed)
+    train_split, val_split = found["train"], found["validation"]
+    data.check_images([train_split, val_split])
+    if len(train_split) < batch_size:
+        raise ValueError(
+            f"{found.source} has {len(train_split)} training images, fewer than one batch of "
+            f"{batch_size}; lower --batch-size."
+        )
+    image_size = tuple(image_size)
+    validation = None
+    if len(val_split):
+        validation = evaluation_batches(val_split.to_dataset(), image_size=image_size, batch_size=batch_size)
+    return TrainingData(
+        source=found.source,
+        class_names=list(found.class_names),
+        train_count=len(train_split),
+        validation_count=len(val_split),
+        steps_per_epoch=len(train_split) // batch_size,
+        validation=validation,
+        _stream=functools.partial(
+            training_batches,
+            train_split.to_dataset(),
+            image_size=image_size,
+            batch_size=batch_size,
+            seed=seed,
+            num_examples=len(train_split),
+            repeats=repeats,
+        ),
+    )

@@ -4,8 +4,7 @@ import os
 
 import numpy as np
 
-from keras_vit.images import load_image
-from keras_vit.pipeline import resize
+from keras_vit.images import load_image, resize
 from keras_vit.runtimes import TOP_K, ranked
 
 
@@ -16,7 +15,7 @@ def read_image(path, image_size):
         FileNotFoundError: no file at `path`.
         ValueError: the file is a directory, empty, or not a decodable image.
     """
-    return resize(load_image(path), image_size).numpy()
+    return resize(load_image(path), image_size)
 
 
 def predict_files(runner, paths, top_k=TOP_K):

@@ -273,28 +273,42 @@ def open_model(path):
         FileNotFoundError: nothing at `path`.
         ValueError: not a model file we can run.
     """
-    path = os.fspath(path)
+    runner, source = _runner_for(os.fspath(path))
+    return runner(source)
+
+
+def needs_tensorflow(path):
+    """Whether running the model at `path` loads TensorFlow and Keras: a `.keras` file, run
+    folder or SavedModel does; a `.tflite` (an export folder's too) or `.onnx` does not, so
+    `keras-vit predict` on one starts in a fraction of a second. False for what `open_model`
+    refuses, whose error needs no framework either."""
+    try:
+        runner, _ = _runner_for(os.fspath(path))
+    except (FileNotFoundError, ValueError):
+        return False
+    return runner in (KerasRunner, SavedModelRunner)
+
+
+def _runner_for(path):
+    """(the `Runner` class for `path`, the path it opens)."""
     if not os.path.exists(path):
         raise FileNotFoundError(f"Model not found: {path}")
     if os.path.isdir(path):
         if os.path.exists(os.path.join(path, "saved_model.pb")):
-            return SavedModelRunner(path)
+            return SavedModelRunner, path
         if os.path.exists(os.path.join(path, MODEL_FILE)):
-            return KerasRunner(path)
+            return KerasRunner, path
         if os.path.exists(os.path.join(path, TFLITE_FILE)):  # an export-N folder: what the apps ship
-            return TFLiteRunner(os.path.join(path, TFLITE_FILE))
+            return TFLiteRunner, os.path.join(path, TFLITE_FILE)
         raise ValueError(
             f"{path} is neither a run folder ({MODEL_FILE}), a SavedModel (saved_model.pb) nor an "
             f"export folder ({TFLITE_FILE})."
         )
+    runners = {".keras": KerasRunner, ".tflite": TFLiteRunner, ".onnx": OnnxRunner}
     extension = os.path.splitext(path)[1].lower()
-    if extension == ".keras":
-        return KerasRunner(path)
-    if extension == ".tflite":
-        return TFLiteRunner(path)
-    if extension == ".onnx":
-        return OnnxRunner(path)
-    raise ValueError(
-        f"Cannot run {path}: expected a .keras file, a run folder, a SavedModel folder, "
-        f"a .tflite or an .onnx."
-    )
+    if extension not in runners:
+        raise ValueError(
+            f"Cannot run {path}: expected a .keras file, a run folder, a SavedModel folder, "
+            f"a .tflite or an .onnx."
+        )
+    return runners[extension], path

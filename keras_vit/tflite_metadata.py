@@ -4,7 +4,10 @@ What the apps and `keras_vit.runtimes` need from a model file: its name,
 description, normalisation and class names, with no TensorFlow.
 """
 
+import functools
+import importlib.util
 import io
+import os
 import struct
 import zipfile
 
@@ -13,12 +16,27 @@ from keras_vit.export_folder import LABELS_FILE
 METADATA_NAME = "TFLITE_METADATA"  # the model buffer that holds the ModelMetadata flatbuffer
 
 
+@functools.cache
 def schemas():
-    """MediaPipe's pure-Python flatbuffer schemas: (metadata, model)."""
-    from mediapipe.tasks.metadata import metadata_schema_py_generated as metadata_schema
-    from mediapipe.tasks.metadata import schema_py_generated as model_schema
+    """MediaPipe's pure-Python flatbuffer schemas: (metadata, model).
 
-    return metadata_schema, model_schema
+    Loaded from their files: importing them as `mediapipe.tasks.metadata.*` runs mediapipe's
+    package start-up, which imports TensorFlow (4 s) and which reading a `.tflite` never needs."""
+    found = importlib.util.find_spec("mediapipe")  # finds the package without running it
+    if found is None:
+        raise ImportError("Reading .tflite metadata needs mediapipe: pip install 'keras-vit[export]'.")
+    folder = os.path.join(found.submodule_search_locations[0], "tasks", "metadata")
+    return tuple(
+        _module_from_file(f"keras_vit._mediapipe_{name}", os.path.join(folder, f"{name}.py"))
+        for name in ("metadata_schema_py_generated", "schema_py_generated")
+    )
+
+
+def _module_from_file(name, path):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def read_metadata(flatbuffer):

@@ -14,7 +14,6 @@ callbacks, `fit`, write the results.
 """
 
 import dataclasses
-import functools
 import logging
 import math
 import os
@@ -23,7 +22,7 @@ import zipfile
 
 import keras
 
-from keras_vit import data, distribute, keras_patches, optimizers, pipeline, plots
+from keras_vit import distribute, keras_patches, optimizers, pipeline, plots
 from keras_vit.augment import BatchAugmentation
 from keras_vit.callbacks import (
     BestModelCheckpoint,
@@ -110,48 +109,15 @@ class TrainingRun:
     summary: dict
 
 
-@dataclasses.dataclass
-class _Data:
-    source: str
-    class_names: list
-    train_from: object  # the training stream from a step: train_from(step) -> tf.data.Dataset
-    validation: object
-    train_count: int
-    validation_count: int
-
-
 def _read_data(config):
     """The run's training stream and validation batches, as `{"images", "labels"}` dicts."""
-    dataset = data.load_dataset(config.dataset, validation_split=config.validation_split, seed=config.seed)
-    train_split, val_split = dataset["train"], dataset["validation"]
-    data.check_images([train_split, val_split])
-    if len(train_split) < config.batch_size:
-        raise ValueError(
-            f"{dataset.source} has {len(train_split)} training images, fewer than one batch of "
-            f"{config.batch_size}; lower --batch-size."
-        )
-    image_size = (config.image_size, config.image_size)
-    train_from = functools.partial(
-        pipeline.training_batches,
-        train_split.to_dataset(),
-        image_size=image_size,
+    return pipeline.read_training_data(
+        config.dataset,
+        image_size=(config.image_size, config.image_size),
         batch_size=config.batch_size,
+        validation_split=config.validation_split,
         seed=config.seed,
-        num_examples=len(train_split),
         repeats=config.repeated_augmentation,
-    )
-    val_batches = None
-    if len(val_split):
-        val_batches = pipeline.evaluation_batches(
-            val_split.to_dataset(), image_size=image_size, batch_size=config.batch_size
-        )
-    return _Data(
-        source=dataset.source,
-        class_names=list(dataset.class_names),
-        train_from=lambda step: train_from(start_batch=step),
-        validation=val_batches,
-        train_count=len(train_split),
-        validation_count=len(val_split),
     )
 
 

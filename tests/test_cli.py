@@ -146,11 +146,36 @@ def test_a_reader_that_leaves_early_ends_the_listing_quietly(flags):
 
 
 def test_train_reports_bad_input_in_one_line_with_status_1(capsys, tmp_path):
-    assert main(["train", "--model", "vit_gigantic", "--output", str(tmp_path / "run")]) == 1
-    err = capsys.readouterr().err
-    assert "keras-vit train: error: Unknown model config 'vit_gigantic'" in err
-    assert "Traceback" not in err
+    line = _one_line_exit_1(capsys, ["train", "--model", "vit_gigantic", "--output", str(tmp_path / "run")])
+    assert line.startswith("keras-vit train: error: argument --model: Unknown model config 'vit_gigantic'")
     assert main(["train", "--dataset", str(tmp_path / "missing"), "--output", str(tmp_path / "run")]) == 1
     assert "Dataset not found" in capsys.readouterr().err
     assert main(["train", "--override", "depth", "--output", str(tmp_path / "run")]) == 1
     assert "--override takes KEY=VALUE" in capsys.readouterr().err
+
+
+FRAMEWORKS_AFTER = """
+import json, sys
+import keras_vit_cli
+try:
+    code = keras_vit_cli.main(sys.argv[1:])
+except SystemExit as exit_info:  # argparse's own checks
+    code = exit_info.code
+print(json.dumps({"code": code, "loaded": [m for m in ("tensorflow", "keras") if m in sys.modules]}))
+"""
+
+
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (["train", "--model", "vit_tiny_patch16_22"], "Did you mean vit_tiny_patch16_224"),
+        (["predict", "nowhere.tflite", "a.jpg"], "Model not found: nowhere.tflite"),
+    ],
+)
+def test_a_typo_is_refused_before_tensorflow_loads(tmp_path, argv, says):
+    """Once a mistyped model name took 4 s to refuse: TensorFlow's import."""
+    command = [sys.executable, "-c", FRAMEWORKS_AFTER, *argv]
+    result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    (line,) = result.stderr.strip().splitlines()
+    assert says in line
+    assert json.loads(result.stdout) == {"code": 1, "loaded": []}

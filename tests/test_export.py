@@ -20,7 +20,7 @@ from keras_vit.classifier import load_classifier
 from keras_vit.cli import main
 from keras_vit.export import tflite
 from keras_vit.export.exporter import export_model, next_version, recommended_variant
-from keras_vit.export_folder import BATCHING_FILE
+from keras_vit.export_folder import BATCHING_FILE, ONNX_FILE
 from keras_vit.runtimes import open_model
 from keras_vit.tflite_metadata import read_metadata
 
@@ -280,22 +280,52 @@ def test_predict_reads_every_format_and_agrees(exported, cifar_images, tmp_path,
     assert all(a == answers[0] for a in answers)
 
 
-def test_predict_prints_only_its_answer(exported, cifar_images, tmp_path):
-    """predict loads TensorFlow (for the resize) and LiteRT, whose start-up lines stay off its
-    output; tests/test_jax_backend.py checks train, evaluate and export the same way."""
-    import re
+PREDICT_AND_LIST_FRAMEWORKS = """
+import json, sys
+import keras_vit_cli
+code = keras_vit_cli.main(["predict", *sys.argv[1:]])
+loaded = [name for name in ("tensorflow", "keras", "jax", "torch") if name in sys.modules]
+print(json.dumps({"code": code, "loaded": loaded}))
+"""
 
+
+def test_predict_on_a_tflite_or_onnx_prints_only_its_answer_and_loads_no_framework(
+    exported, cifar_images, tmp_path
+):
+    """A `.tflite` (or an export folder's) and an `.onnx` run on LiteRT and ONNX Runtime with a
+    NumPy resize: no TensorFlow (4 s to import), no Keras; LiteRT's start-up lines stay off the
+    output. A SavedModel loads TensorFlow, quietly. tests/test_jax_backend.py checks train,
+    evaluate and export the same way."""
     from conftest import NATIVE_LOG_LINE
 
     image = tmp_path / "image.png"
     image.write_bytes(cifar_images[0][0][0])
-    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}  # as a user's shell has it
-    model = os.path.join(exported["folder"], "model_fp32.tflite")
-    command = [os.path.join(VENV_BIN, "keras-vit"), "predict", model, str(image)]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TF_CPP")}  # as a user's shell has it
+    folder = exported["folder"]
+    for model, tensorflow in (
+        (os.path.join(folder, "model_fp32.tflite"), False),
+        (folder, False),  # its model.tflite
+        (os.path.join(folder, ONNX_FILE), False),
+        (os.path.join(folder, exported["saved_model"]), True),
+    ):
+        command = [sys.executable, "-c", PREDICT_AND_LIST_FRAMEWORKS, model, str(image)]
+        result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+        answer, listed = result.stdout.splitlines()
+        listed = json.loads(listed)
+        assert listed["code"] == 0, (model, result.stderr[-2000:])
+        assert ("tensorflow" in listed["loaded"]) == bool(listed["loaded"]) == tensorflow, listed
+        assert answer.startswith(f"{image}: ") and not re.search(NATIVE_LOG_LINE, result.stderr), model
+
+    command = [
+        os.path.join(VENV_BIN, "keras-vit"),
+        "predict",
+        os.path.join(folder, "model_fp32.tflite"),
+        str(image),
+    ]
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr[-2000:]
-    assert result.stdout.startswith(f"{image}: ")
-    assert not re.search(NATIVE_LOG_LINE, result.stderr), result.stderr
+    assert result.returncode == 0 and result.stdout.startswith(f"{image}: ") and not result.stderr, (
+        result.stderr
+    )
 
 
 def test_evaluate_scores_an_exported_file_on_the_images_its_export_was_verified_on(exported, capsys):
@@ -422,16 +452,11 @@ def test_export_on_another_backend_says_to_use_tensorflow(tiny_model_file, tmp_p
     assert not (tmp_path / "exports").exists()  # refused before writing anything
 
 
-def test_int8_on_a_dataset_smaller_than_its_calibration_calibrates_on_what_there_is(
-    export_folder, tmp_path, capsys, caplog
-):
-    """9 training images, 200 asked: once a StopIteration traceback."""
-    import logging
-
+def test_int8_on_a_dataset_smaller_than_its_calibration_calibrates_on_what_there_is(export_folder, tmp_path):
+    """9 training images, 200 asked: once a StopIteration traceback. Said in one line, and the
+    converter's own lines ("fully_quantize: 0, ...") stay off the output."""
+    from conftest import NATIVE_LOG_LINE
     from PIL import Image
-
-    caplog.set_level(logging.INFO, logger="keras_vit.export.tflite")
-    from keras_vit.cli import main
 
     rng = np.random.default_rng(0)
     for name in ("a", "b", "c"):
@@ -439,17 +464,19 @@ def test_int8_on_a_dataset_smaller_than_its_calibration_calibrates_on_what_there
         for i in range(3):
             pixels = rng.integers(0, 256, (40, 40, 3), dtype=np.uint8)
             Image.fromarray(pixels).save(tmp_path / "small" / name / f"{i}.png")
-    run = export_folder["source"]
-    code = main([
-        "export", run, "--output", str(tmp_path / "exports"), "--format", "tflite", "--quantize", "int8",
-        "--dataset", str(tmp_path / "small"), "--no-verify", "--json",
-    ])  # fmt: skip
-    captured = capsys.readouterr()
-    assert code == 0, captured.err
-    calibrated = [r.getMessage() for r in caplog.records if "Calibrating int8" in r.getMessage()]
-    (line,) = calibrated
-    assert 0 < int(re.search(r"on the (\d+) training images .* \(200 asked\)", line).group(1)) < 9
-    folder = json.loads(captured.out)["folder"]
+    command = [
+        os.path.join(VENV_BIN, "keras-vit"), "export", export_folder["source"], "--output",
+        str(tmp_path / "exports"), "--format", "tflite", "--quantize", "int8", "--dataset",
+        str(tmp_path / "small"), "--no-verify", "--json",
+    ]  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TF_CPP")}  # as a user's shell has it
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    calibrated, *converting = result.stderr.splitlines()
+    assert 0 < int(re.search(r"on the (\d+) training images .* \(200 asked\)", calibrated).group(1)) < 9
+    assert converting == ["Converting TFLite fp32 ...", "Converting TFLite int8 ..."], result.stderr
+    assert not re.search(NATIVE_LOG_LINE, result.stderr)
+    folder = json.loads(result.stdout)["folder"]
     assert os.path.exists(os.path.join(folder, "model_int8.tflite"))
 
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from keras_vit.images import MAX_SIDE, load_image
+from keras_vit.images import MAX_SIDE, load_image, resize
 from keras_vit.predict import read_image
 
 
@@ -88,6 +88,29 @@ def test_read_image_resizes_what_load_image_reads(tmp_path):
     Image.fromarray(_gradient(64, 64)).save(path)
     pixels = read_image(path, (32, 32))
     assert pixels.shape == (32, 32, 3) and pixels.dtype == np.float32
+
+
+@pytest.mark.parametrize(
+    "size, new_size",
+    [
+        ((64, 48), (32, 32)),  # shrink, not square
+        ((500, 375), (224, 224)),  # a photo to a ViT's input
+        ((32, 32), (224, 224)),  # enlarge
+        ((31, 7), (5, 40)),  # shrink one side, enlarge the other
+        ((1, 1), (8, 8)),
+        ((224, 224), (224, 224)),  # already fits
+    ],
+)
+def test_the_numpy_resize_is_tensorflows_antialiased_bilinear_resize(size, new_size):
+    """What `keras-vit predict` and the apps run without TensorFlow equals what training and the
+    served model run in it, to float32 rounding of pixels in [0, 255]."""
+    import tensorflow as tf
+
+    pixels = np.random.default_rng(sum(size)).integers(0, 256, size + (3,), dtype=np.uint8)
+    expected = tf.image.resize(tf.cast(pixels, tf.float32), new_size, method="bilinear", antialias=True)
+    resized = resize(pixels, new_size)
+    assert resized.shape == new_size + (3,) and resized.dtype == np.float32
+    np.testing.assert_allclose(resized, expected.numpy(), rtol=0, atol=0.01)
 
 
 @pytest.mark.parametrize(

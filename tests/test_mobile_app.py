@@ -5,6 +5,7 @@ Every test image's top-1 in the page must equal LiteRT's top-1 in Python for the
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -14,6 +15,8 @@ import pytest
 from PIL import Image
 
 pytest.importorskip("playwright")
+
+from conftest import NATIVE_LOG_LINE  # noqa: E402
 
 from keras_vit.apps.mobile import browser, server  # noqa: E402
 from keras_vit.apps.mobile.build import build_app, describe_model  # noqa: E402
@@ -368,13 +371,16 @@ def test_build_replaces_its_own_output_but_never_a_users_folder(model_path, tmp_
 def test_cli_screenshot_and_clear_errors(model_path, test_images, tmp_path, phone):
     command = [os.path.join(VENV_BIN, "keras-vit"), "app", "mobile", "--model"]
     out = tmp_path / "phone.png"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TF_CPP")}  # as a user's shell has it
     done = subprocess.run(
         [*command, model_path, "--screenshot", str(out), "--image", str(test_images[0])],
         capture_output=True,
         text=True,
         timeout=300,
+        env=env,
     )
     assert done.returncode == 0, done.stderr[-2000:]
+    assert not re.search(NATIVE_LOG_LINE, done.stderr), done.stderr  # no TensorFlow, absl or LiteRT line
     with Image.open(out) as picture:
         assert picture.width < picture.height  # a phone's portrait screen
     for arguments, message in (

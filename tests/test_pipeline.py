@@ -108,3 +108,42 @@ def test_repeated_augmentation_puts_each_image_k_times_in_one_batch_and_keeps_th
             assert (runs == runs[:, :1]).all() and len(set(runs[:, 0])) == 4
     first, second = (set(np.concatenate(epoch)) for epoch in epochs)
     assert len(first) == len(second) == 20 and first != second  # a new third of the images each epoch
+
+
+def test_read_training_data_gives_a_plain_keras_fit_the_images_the_cli_trains_on(colors_dataset):
+    """The README's way to train a model of one's own on a folder: `keras_datasets()` are the
+    CLI's stream and validation batches as (float32 images, labels) pairs."""
+    import keras
+
+    import keras_vit
+
+    data = pipeline.read_training_data(
+        colors_dataset, image_size=(32, 32), batch_size=8, validation_split=0.25
+    )
+    assert data.class_names == ["blue", "green", "red"]
+    assert (data.train_count, data.validation_count, data.steps_per_epoch) == (54, 18, 54 // 8)
+    train_ds, val_ds = data.keras_datasets()
+    (images, labels), batch = next(iter(train_ds)), next(iter(data.train_from(0)))
+    assert images.dtype == tf.float32 and images.shape == (8, 32, 32, 3)
+    np.testing.assert_array_equal(images.numpy(), batch["images"].numpy().astype(np.float32))
+    np.testing.assert_array_equal(labels.numpy(), batch["labels"].numpy())
+
+    keras.utils.set_random_seed(0)
+    model = keras_vit.ViT(
+        image_size=32, patch_size=8, hidden_dim=32, depth=1, num_heads=2, mlp_dim=64, num_classes=3,
+        image_mean=[0.5] * 3, image_std=[0.25] * 3, class_names=data.class_names,
+    )  # fmt: skip
+    model.compile(
+        optimizer=keras.optimizers.AdamW(3e-3),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        metrics=["accuracy"],
+    )
+    history = model.fit(
+        train_ds, validation_data=val_ds, steps_per_epoch=data.steps_per_epoch, epochs=4, verbose=0
+    )
+    assert history.history["val_accuracy"][-1] > 0.9  # three colours are easy
+
+
+def test_read_training_data_refuses_what_cannot_make_a_batch(colors_dataset):
+    with pytest.raises(ValueError, match="54 training images, fewer than one batch of 64"):
+        pipeline.read_training_data(colors_dataset, image_size=(32, 32), batch_size=64, validation_split=0.25)

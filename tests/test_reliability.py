@@ -40,7 +40,7 @@ SETTINGS_SURFACES = ("Python API", "CLI")
 NOT_APPLICABLE = "n/a"
 DISK_FULL_SCENARIO = (
     "`keras-vit train` on a disk that fills during a backup, the end-of-epoch save, TensorBoard's "
-    "writes, the backup's record and the results, in turn"
+    "writes and the results, in turn"
 )
 # The rows of the load-and-faults table, each filled by one test.
 LOAD_SCENARIOS = (
@@ -801,13 +801,14 @@ def _partial_files(folder):
 # Where a training run meets a disk that has just filled up: (the writer that fills it first, which
 # of its calls, the bytes left free). What is left free lets a write start and fail part way:
 # HDF5 crashed the process (SIGSEGV) when it closed a file whose writes had failed so.
-# Each moment is a training run (about 18 s here); the other writers of a run folder meet a full
-# disk in-process below (TensorBoard's new events file as a fit starts, log.csv).
+# Each moment is a training run (about 18 s here); the run folder's other writers meet a full
+# disk in-process below (TensorBoard's new events file as a fit starts, log.csv, the backup's
+# record after an epoch's end: a stop there resumes as a kill after that epoch's last backup
+# does, tested in test_train.py).
 FULL_DISK_MOMENTS = (
     ("keras_vit.callbacks.ResumableBackup._save_model", 2, 64 << 10),  # during a backup
     ("keras_vit.callbacks.BestModelCheckpoint.on_epoch_end", 1, 16 << 10),  # the end-of-epoch save
     ("keras_vit.callbacks.TensorBoardLog.on_epoch_end", 1, 0),  # TensorFlow's event writer
-    ("keras_vit.callbacks.ResumableBackup.epoch_end_written", 1, 0),  # the backup's record, last
     ("keras_vit.train._write_results", 1, 0),  # training.png and history.json, every step taken
 )
 
@@ -879,10 +880,17 @@ def test_a_disk_that_fills_at_any_moment_of_training_loses_nothing_and_the_same_
 
 
 def test_the_run_folders_other_writers_on_a_full_disk_raise_disk_full_and_leave_no_partial_file(small_disk):
-    """TensorBoard's events file, written as each fit starts (TensorFlow's native writer), and
-    log.csv: on a disk with no byte left, each a `DiskFullError` naming its path (the command's
-    one line and exit 1), never a signal; log.csv keeps its earlier rows."""
+    """TensorBoard's events file, written as each fit starts (TensorFlow's native writer),
+    log.csv and the backup's record after an epoch's end: on a disk with no byte left, each a
+    `DiskFullError` naming its path (the command's one line and exit 1), never a signal; log.csv
+    keeps its earlier rows, the record still says the epoch's end is unwritten."""
     model = _compiled_model()
+    backup = ResumableBackup(str(small_disk / "backup"), steps_per_epoch=3, save_freq=1)
+    backup.set_model(model)
+    _steps(model, 3)
+    backup._save_model()  # an epoch's last step: its end is not written yet
+    record = (small_disk / "backup" / "training_metadata.json").read_text()
+    assert json.loads(record)["epoch_end_written"] is False
     log = callbacks.EpochLog(str(small_disk / "log.csv"))
     log.set_model(model)
     log.on_train_begin()
@@ -895,6 +903,9 @@ def test_the_run_folders_other_writers_on_a_full_disk_raise_disk_full_and_leave_
     assert (small_disk / "log.csv").read_text() == written
     with pytest.raises(DiskFullError, match=r"No space left to write .*logs"):
         callbacks.TensorBoardLog(str(small_disk / "logs")).set_model(model)
+    with pytest.raises(DiskFullError, match=r"No space left to write .*training_metadata\.json"):
+        backup.epoch_end_written()
+    assert (small_disk / "backup" / "training_metadata.json").read_text() == record
     assert not _partial_files(small_disk)
 
 
@@ -907,6 +918,19 @@ def _compiled_model():
 def _steps(model, count):
     x, y = np.ones((count, 4), "float32"), np.zeros((count, 3), "float32")
     model.fit(x, y, batch_size=1, epochs=1, verbose=0)
+
+
+def test_backups_fall_on_every_nth_step_of_the_run_with_several_steps_per_call(tmp_path, monkeypatch):
+    """`--backup-every-steps 3` with 3 steps per compiled call: a backup at steps 3, 6, 9...
+    Keras' own count put the first of each epoch a call late (6, 12, ...)."""
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
+    model.compile(optimizer="adam", loss="mse", steps_per_execution=3)
+    saved = []
+    monkeypatch.setattr(ResumableBackup, "_save_model", lambda backup: saved.append(optimizer_step(model)))
+    backup = ResumableBackup(str(tmp_path / "backup"), steps_per_epoch=6, save_freq=3)
+    x, y = np.ones((6, 4), "float32"), np.zeros((6, 3), "float32")
+    model.fit(x, y, batch_size=1, epochs=2, verbose=0, callbacks=[backup])
+    assert saved == [3, 6, 9, 12]
 
 
 def test_a_damaged_backup_resumes_from_the_one_before_and_two_refuse_in_one_line(tmp_path, report):

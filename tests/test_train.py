@@ -244,7 +244,7 @@ def test_killed_again_and_again_it_ends_exactly_like_an_uninterrupted_run(colors
     def args(output):
         return [
             "train", "--dataset", colors_dataset, "--output", str(output), "--epochs", "4",
-            "--batch-size", "8", "--validation-split", "0.25", "--backup-every-steps", "1",
+            "--batch-size", "8", "--validation-split", "0.25", "--backup-every-steps", "3",
             "--no-jit-compile", "--seed", "3", "--ema", "0.9", "--drop-path-rate", "0.2",
             *[f"--override={k}={v}" for k, v in TINY_MODEL.items()],
         ]  # fmt: skip
@@ -272,8 +272,9 @@ def test_killed_again_and_again_it_ends_exactly_like_an_uninterrupted_run(colors
             assert zipfile.is_zipfile(path) and not zipfile.ZipFile(path).testzip(), path
         assert not (output / "history.json").exists()
 
-    # 6 steps an epoch: mid-epoch; mid-epoch in a later pass over the data; at a random moment,
-    # else after the last step; the last step, whose epoch's end (validation, log row) is unwritten.
+    # 6 steps an epoch, a backup every 3: mid-epoch; mid-epoch in a later pass over the data; at a
+    # random moment, else after the last step; the last step, its epoch's end (validation, log row)
+    # unwritten.
     killed_after_backup(3)
     killed_after_backup(15)
     killed_after_backup(24, random_moment=random.Random(0).uniform(2.0, 6.0))

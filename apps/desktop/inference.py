@@ -107,9 +107,9 @@ class LoadedModel:
 
     def preprocess(self, image):
         """Upright RGB uint8 pixels -> the model's float32 input, resized as in training."""
-        from keras_vit.pipeline import resize
+        from keras_vit.images import resize
 
-        return resize(image, self.image_size).numpy()
+        return resize(image, self.image_size)
 
     def classify(self, image, with_attention=True, top_k=TOP_K):
         """Classifies one RGB uint8 image; the attention map too when asked and available."""
