@@ -34,11 +34,30 @@ SLOWEST_FILES = (
 
 
 def pytest_collection_modifyitems(config, items):
+    seed = os.environ.get("KERAS_VIT_TEST_ORDER_SEED")
+    if seed is not None:  # a shuffled order, to show that no test depends on another's leftovers
+        _shuffle_files_and_tests(items, int(seed))
+        return
+
     def rank(item):
         name = item.path.name
         return SLOWEST_FILES.index(name) if name in SLOWEST_FILES else len(SLOWEST_FILES)
 
     items.sort(key=rank)  # stable: the other files, and each file's tests, keep their order
+
+
+def _shuffle_files_and_tests(items, seed):
+    """`KERAS_VIT_TEST_ORDER_SEED=N bash scripts/test.sh`: the files in a random order, and each
+    file's tests in a random order (xdist still gives a file's tests to one worker)."""
+    import random
+
+    by_file = {}
+    for item in items:
+        by_file.setdefault(item.path, []).append(item)
+    picker = random.Random(seed)
+    files = list(by_file)
+    picker.shuffle(files)
+    items[:] = [item for path in files for item in picker.sample(by_file[path], len(by_file[path]))]
 
 
 # A line TensorFlow, XLA, absl or LiteRT writes from C++ ("I0000 00:00:...", "E0000 ... cuInit"):
