@@ -124,8 +124,9 @@ class ResumableBackup(keras.callbacks.BackupAndRestore):
         pass  # `restore` runs before `fit`: the data stream starts at the restored step
 
     def _should_save_on_batch(self, batch):
-        # At the run's steps N, 2N, ...: Keras counts the batches of each epoch from 0 instead
-        # of -1, so with several steps per call (3.15) its first backup of an epoch came a call late.
+        # At the run's steps N, 2N, ...: Keras 3.15's BackupAndRestore counts each epoch's batches
+        # from 0 instead of -1, so with several steps per call its first backup of an epoch came a
+        # call late (ModelCheckpoint had the same bug: keras-team/keras#17589, fixed there by #17632).
         return optimizer_step(self.model) % self.save_freq == 0
 
     def on_train_batch_end(self, batch, logs=None):
