@@ -33,6 +33,20 @@ SLOWEST_FILES = (
 )
 
 
+def pytest_generate_tests(metafunc):
+    """`KERAS_VIT_TEST_REPEAT=N pytest ... -x`: each test N times in a row in one session (the
+    module's fixtures built once), to show that it never fails at random."""
+    repeat = int(os.environ.get("KERAS_VIT_TEST_REPEAT", "1"))
+    if repeat > 1:
+        metafunc.fixturenames.append("_attempt")
+        metafunc.parametrize("_attempt", range(1, repeat + 1), indirect=True, ids=lambda n: f"attempt{n}")
+
+
+@pytest.fixture
+def _attempt(request):
+    return request.param
+
+
 def pytest_collection_modifyitems(config, items):
     seed = os.environ.get("KERAS_VIT_TEST_ORDER_SEED")
     if seed is not None:  # a shuffled order, to show that no test depends on another's leftovers

@@ -609,16 +609,25 @@ def test_training_settings_and_datasets(settings_inputs, report, capsys):
     folder = f"{Path(arguments[arguments.index('--output') + 1]).parent}{os.sep}"  # left out of the document
 
     def cli(name, path):
-        status = main(["train", "--epochs", "1", *by_name[name]])
+        try:
+            status = main(["train", "--epochs", "1", *by_name[name]])
+        except SystemExit as exit_info:  # argparse's own checks (--model's name)
+            status = exit_info.code
         error = capsys.readouterr().err.strip()
         assert status == 1 and len(error.splitlines()) == 1, error
         return "error", error.removeprefix("keras-vit train: error: ").replace(folder, "")
 
     def python_api(name, path):
-        # The same settings as keyword arguments of TrainConfig, as a Python user writes them.
-        arguments = vars(build_parser().parse_args(["train", *by_name[name]]))
+        # The same settings as keyword arguments of TrainConfig, as a Python user writes them
+        # (the model's name unparsed: the command line checks it before TrainConfig does).
+        argv = list(by_name[name])
+        model = argv.pop(argv.index("--model") + 1) if "--model" in argv else None
+        argv = [a for a in argv if a != "--model"]
+        arguments = vars(build_parser().parse_args(["train", *argv]))
         fields = {f.name for f in dataclasses.fields(TrainConfig)}
         values = {k: v for k, v in arguments.items() if k in fields and v is not None}
+        if model is not None:
+            values["model"] = model
         values["overrides"] = dict(_parse_override(item) for item in arguments["override"] or [])
         config = TrainConfig(**{**values, "epochs": 1})
         try:
