@@ -22,8 +22,9 @@ import pytest  # noqa: E402
 # scripts/test.sh runs two pytest-xdist workers that take one file at a time, in this order
 # (--no-loadscope-reorder): a slow file left for last would run alone at the end.
 SLOWEST_FILES = (
-    "test_train.py",
     "test_reliability.py",
+    "test_train.py",
+    "test_distribute.py",
     "test_jax_backend.py",
     "test_export.py",
     "test_mobile_app.py",

@@ -1,0 +1,184 @@
+"""tf.distribute on CPU: mirrored over two logical CPUs matching one device, multi-worker over
+two processes, and every pair of strategy, precision and XLA settings training."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import numpy as np
+from test_train import TINY_MODEL
+
+LOGICAL_CPUS = """
+import json, sys
+import tensorflow as tf
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+from keras_vit.train import build_model, compile_training_model, train
+from keras_vit.train_config import TrainConfig
+config = TrainConfig(**json.loads(sys.argv[1]))
+strategy = sys.argv[2]
+if strategy == "mirrored":
+    config.strategy = "mirrored"
+    import keras_vit.distribute as d
+    d._tf_strategy = lambda name: tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+run = train(config)
+print(json.dumps(run.summary["history"]["loss"]))
+"""
+
+
+def test_mirrored_over_two_cpu_replicas_matches_one_replica_with_clipping(colors_dataset, tmp_path):
+    """Same data order, same initial weights, the same global batch of 8 split 4 + 4.
+
+    No augmentation: each replica draws its own, so with it the two runs see different images.
+
+    The replicas' gradients are summed (each holds its share of the batch), and gradient
+    clipping measures the norm of that sum (keras_vit.optimizers.AdamW), so both runs take
+    the same steps up to float32 summation order: losses agree to 1e-4 relative after 2
+    epochs. The clip norm is small enough to act on every step: without clipping the losses
+    differ by more than 1e-3.
+    """
+    runs = {}
+    for name, strategy, clipnorm in (
+        ("one-device", "one-device", 0.05),
+        ("mirrored", "mirrored", 0.05),
+        ("unclipped", "one-device", 0.0),
+    ):
+        config = dict(
+            dataset=colors_dataset, output=str(tmp_path / name), epochs=2, batch_size=8,
+            validation_split=0.25, overrides=TINY_MODEL, jit_compile=False, crop="none", flip=False,
+            drop_path_rate=0.0, strategy="one-device", clipnorm=clipnorm,
+        )  # fmt: skip
+        runs[name] = subprocess.Popen(
+            [sys.executable, "-c", LOGICAL_CPUS, json.dumps(config), strategy],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),
+        )  # fmt: skip
+    losses = {}
+    for name, process in runs.items():
+        out, err = process.communicate(timeout=300)
+        assert process.returncode == 0, err[-3000:]
+        losses[name] = json.loads(out.strip().splitlines()[-1])
+    np.testing.assert_allclose(losses["mirrored"], losses["one-device"], rtol=1e-4)
+    assert np.max(np.abs(np.subtract(losses["unclipped"], losses["one-device"]))) > 1e-3  # clipping acted
+
+
+WORKER = """
+import json, sys
+import numpy as np
+from keras_vit.train import build_model, compile_training_model, train
+from keras_vit.train_config import TrainConfig
+run = train(TrainConfig(**json.loads(sys.argv[1])))
+weights = np.concatenate([np.ravel(w) for w in run.model.get_weights()])
+np.save(sys.argv[2], weights)
+"""
+
+
+def _free_ports(count):
+    sockets = [socket.socket() for _ in range(count)]
+    for s in sockets:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+def test_multi_worker_training_ends_with_the_same_weights_on_both_workers(colors_dataset, tmp_path):
+    workers = [f"127.0.0.1:{port}" for port in _free_ports(2)]
+    processes = []
+    for index in range(2):
+        config = dict(
+            dataset=colors_dataset, output=str(tmp_path / f"worker{index}"), epochs=2, batch_size=8,
+            validation_split=0.25, overrides=TINY_MODEL, strategy="multi-worker",  # XLA on: the default
+        )  # fmt: skip
+        tf_config = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
+        env = dict(os.environ, TF_CONFIG=json.dumps(tf_config), TF_CPP_MIN_LOG_LEVEL="3")
+        processes.append(
+            subprocess.Popen(
+                [sys.executable, "-c", WORKER, json.dumps(config), str(tmp_path / f"weights{index}.npy")],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )  # fmt: skip
+        )
+    for process in processes:
+        _, err = process.communicate(timeout=300)
+        assert process.returncode == 0, err[-3000:]
+    first, second = (np.load(tmp_path / f"weights{i}.npy") for i in range(2))
+    np.testing.assert_array_equal(first, second)
+    assert (tmp_path / "worker0" / "history.json").exists()  # the chief writes the run folder
+    assert not (tmp_path / "worker1" / "history.json").exists()
+    summary = json.loads((tmp_path / "worker0" / "history.json").read_text())
+    losses = summary["history"]["loss"]
+    assert len(losses) == 2 and all(np.isfinite(losses)) and losses[1] < losses[0]  # it learned
+    assert summary["steps"] == 2 * (54 // 8)  # the global batch of 8 is split over the 2 workers
+
+
+MATRIX = """
+import json, sys
+import tensorflow as tf
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+import keras_vit.distribute as d
+from keras_vit.train import build_model, compile_training_model, train
+from keras_vit.train_config import TrainConfig
+strategy = sys.argv[3]
+if strategy == "one-device":
+    d._tf_strategy = lambda name: tf.distribute.OneDeviceStrategy("/cpu:0")
+else:
+    d._tf_strategy = lambda name: tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+results = {}
+for precision, xla in json.loads(sys.argv[4]):
+    key = f"{strategy}/{precision}/{'xla' if xla else 'graph'}"
+    config = TrainConfig(**json.loads(sys.argv[1]), strategy=strategy, precision=precision,
+                         jit_compile=xla, output=f"{sys.argv[2]}/{key.replace('/', '-')}")
+    summary = train(config).summary
+    results[key] = [summary["optimizer_steps"], summary["history"]["loss"][-1]]
+print(json.dumps(results))
+"""
+
+
+def test_every_pair_of_strategy_precision_and_xla_settings_trains(colors_dataset, tmp_path):
+    """Strategy (one device, mirrored over 2 logical CPUs) x precision (float32, mixed_bfloat16,
+    mixed_float16 with loss scaling) x XLA (on, off), with augmentation and layer decay on: a
+    few steps each, finite losses. Six runs hold every pair of two settings, a pairwise design:
+    each run spends its time tracing and compiling, not stepping, and all 12 took 2 minutes.
+    (Multi-worker over two processes: the test above, with the default XLA on.)
+    The two strategies run side by side, one process each."""
+    config = dict(
+        dataset=colors_dataset, epochs=1, batch_size=8, steps_per_epoch=2, validation_split=0.0,
+        overrides=dict(TINY_MODEL, depth=1), mixup=0.8, cutmix=1.0, random_erasing=0.25,
+        backup_every_steps=2, layer_decay=0.65,
+    )  # fmt: skip
+    runs = {
+        "one-device": [("float32", True), ("mixed_bfloat16", False), ("mixed_float16", True)],
+        "mirrored": [("float32", False), ("mixed_bfloat16", True), ("mixed_float16", False)],
+    }
+    pairs = {
+        pair
+        for strategy, settings in runs.items()
+        for precision, xla in settings
+        for pair in ((strategy, precision), (strategy, xla), (precision, xla))
+    }
+    assert len(pairs) == 2 * 3 + 2 * 2 + 3 * 2  # every pair of values, each at least once
+    processes = [
+        subprocess.Popen(
+            [sys.executable, "-c", MATRIX, json.dumps(config), str(tmp_path), strategy, json.dumps(settings)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),
+        )  # fmt: skip
+        for strategy, settings in runs.items()
+    ]
+    results = {}
+    for process in processes:
+        out, err = process.communicate(timeout=600)
+        assert process.returncode == 0, err[-3000:]
+        results.update(json.loads(out.strip().splitlines()[-1]))
+    assert len(results) == 6
+    for key, (steps, loss) in results.items():
+        assert steps == 2 and np.isfinite(loss), key
