@@ -232,6 +232,7 @@ def _build_export_folder(root):
             epochs=1,
             batch_size=64,
             overrides={"hidden_dim": 32, "depth": 2, "num_heads": 4, "mlp_dim": 64},
+            jit_compile=False,  # XLA's CPU compile costs seconds; the exports are under test
         )
     )
     manifest = export_model(

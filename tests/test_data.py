@@ -162,6 +162,7 @@ def test_a_folder_of_every_image_type_the_apps_open_decodes_as_predict_does_and_
             batch_size=4,
             validation_split=0,
             overrides=dict(hidden_dim=32, depth=2, num_heads=4, mlp_dim=64),
+            jit_compile=False,  # the decode is under test, not XLA (its CPU compile costs seconds)
         )
     )
     assert run.summary["steps"] == 2 * len(images.IMAGE_EXTENSIONS) // 4
