@@ -51,6 +51,9 @@ def parse_args(argv):
     parser.add_argument("--steps-per-epoch", type=int, help="cap each epoch (a quick check)")
     parser.add_argument("--batch-size", type=int, help="default: the recipe's")
     parser.add_argument("--model", help="default: the recipe's")
+    parser.add_argument(
+        "--jit-compile", action=argparse.BooleanOptionalAction, help="XLA (default: the recipe's, on)"
+    )
     parser.add_argument("--verify-images", type=int, default=500, help="held-out images the export checks")
     parser.add_argument("--no-export", dest="export", action="store_false", help="skip the export (checks)")
     return parser.parse_args(argv)
@@ -85,7 +88,12 @@ def train_and_score(args):
     from keras_vit.train import train
     from keras_vit.train_config import TrainConfig
 
-    chosen = {"epochs": args.epochs, "batch_size": args.batch_size, "model": args.model}
+    chosen = {
+        "epochs": args.epochs,
+        "batch_size": args.batch_size,
+        "model": args.model,
+        "jit_compile": args.jit_compile,
+    }
     config = TrainConfig(
         dataset=os.path.abspath(args.source),
         preset=args.recipe,

@@ -150,7 +150,8 @@ def test_the_small_scratch_recipe_is_a_plain_vit_under_10m_parameters_with_its_o
 
 def test_the_cifar10_recipe_command_shortened_trains_scores_and_reports(tmp_path):
     """`benchmarks/cifar10_accuracy.py --recipe small-scratch`, cut to 2 steps of 32 images of a
-    small model, on the embedded cifar10-mini (the shared CIFAR-10 zip's train/ and test/ layout).
+    small model without XLA, on the embedded cifar10-mini (the shared CIFAR-10 zip's train/ and test/
+    layout).
     The export it ends with is `keras-vit export`, tested in test_export.py: skipped here."""
     import json
     import subprocess
@@ -162,6 +163,7 @@ def test_the_cifar10_recipe_command_shortened_trains_scores_and_reports(tmp_path
         "--source", data.embedded_dataset_path("cifar10-mini"), "--output", str(tmp_path / "run"),
         "--report-dir", str(tmp_path / "report"), "--epochs", "1", "--steps-per-epoch", "2",
         "--batch-size", "32", "--model", "vit_nano_patch4_32", "--no-export",
+        "--no-jit-compile",  # XLA's CPU compile of a bfloat16 step alone took about 20 s
     ]  # fmt: skip
     result = subprocess.run(
         command, capture_output=True, text=True, timeout=600, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
