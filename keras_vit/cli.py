@@ -477,7 +477,7 @@ def build_parser():
 
     # uses_keras: the command loads TensorFlow and Keras, so it loads them at once with their
     # start-up lines muted (the apps start without them); a function of the arguments where
-    # that depends on them (`predict` on a .tflite needs neither).
+    # that depends on them (`predict` and `evaluate` on a .tflite need neither).
     def command(name, run, uses_keras=True, **kwargs):
         parser = commands.add_parser(name, parents=[common], **kwargs)
         parser.set_defaults(run=run, uses_keras=uses_keras)
@@ -486,7 +486,9 @@ def build_parser():
     _add_models_arguments(command("models", _models, uses_keras=False, help="list the named model configs"))
     _add_train_arguments(command("train", _train, help="train or fine-tune a ViT (resumable)"))
     evaluate_help = "top-1, top-5, per-class accuracy, confusion matrix"
-    _add_evaluate_arguments(command("evaluate", _evaluate, help=evaluate_help))
+    _add_evaluate_arguments(
+        command("evaluate", _evaluate, uses_keras=_model_needs_tensorflow, help=evaluate_help)
+    )
     _add_export_arguments(
         command(
             "export",

@@ -40,9 +40,12 @@ def _in_batches(run, images, batch_size=64):
 
 class Runner:
     """Runs one exported model. Subclasses set `kind`, `image_size`, `class_names`, and
-    `has_attention` where `predict_attention` gives attention-rollout maps too."""
+    `has_attention` where `predict_attention` gives attention-rollout maps too.
+    `uses_tensorflow`: running it loads TensorFlow and Keras; a `.tflite` or `.onnx` needs
+    neither, so its images are read with Pillow and NumPy (`keras_vit.images`)."""
 
     kind = ""
+    uses_tensorflow = False
     image_size = None
     channels = 3
     class_names = None
@@ -67,6 +70,7 @@ class Runner:
 
 class KerasRunner(Runner):
     kind = "keras"
+    uses_tensorflow = True
 
     def __init__(self, source):
         from keras_vit.classifier import load_classifier
@@ -110,6 +114,7 @@ class KerasRunner(Runner):
 
 class SavedModelRunner(Runner):
     kind = "saved_model"
+    uses_tensorflow = True
 
     def __init__(self, path):
         loaded = _load_saved_model(path)
@@ -286,7 +291,7 @@ def needs_tensorflow(path):
         runner, _ = _runner_for(os.fspath(path))
     except (FileNotFoundError, ValueError):
         return False
-    return runner in (KerasRunner, SavedModelRunner)
+    return runner.uses_tensorflow
 
 
 def _runner_for(path):

@@ -147,3 +147,60 @@ def test_read_training_data_gives_a_plain_keras_fit_the_images_the_cli_trains_on
 def test_read_training_data_refuses_what_cannot_make_a_batch(colors_dataset):
     with pytest.raises(ValueError, match="54 training images, fewer than one batch of 64"):
         pipeline.read_training_data(colors_dataset, image_size=(32, 32), batch_size=64, validation_split=0.25)
+
+
+def _encoded_in_every_format():
+    """(name, bytes) of one photo-like image in every format a dataset may hold: EXIF-rotated
+    JPEG, progressive JPEG, gray and transparent PNG, GIF, BMP, WebP and TIFF."""
+    import io
+
+    from PIL import Image
+
+    rng = np.random.default_rng(1)
+    smooth = np.cumsum(rng.integers(0, 9, (30, 44, 3)), axis=1).clip(0, 255).astype(np.uint8)
+    photo = Image.fromarray(smooth)
+    exif = Image.Exif()
+    exif[0x0112] = 6  # shown rotated 90 degrees clockwise
+
+    def encoded(image, format, **options):
+        buffer = io.BytesIO()
+        image.save(buffer, format, **options)
+        return buffer.getvalue()
+
+    transparent = photo.convert("RGBA")
+    transparent.putalpha(Image.fromarray(rng.integers(0, 256, (30, 44), np.uint8)))
+    return [
+        ("rotated.jpg", encoded(photo, "JPEG", quality=90, exif=exif.tobytes())),
+        ("progressive.jpg", encoded(photo, "JPEG", progressive=True)),
+        ("gray.png", encoded(photo.convert("L"), "PNG")),
+        ("transparent.png", encoded(transparent, "PNG")),
+        ("palette.gif", encoded(photo, "GIF")),
+        ("photo.bmp", encoded(photo, "BMP")),
+        ("photo.webp", encoded(photo, "WEBP", lossless=True)),
+        ("photo.tiff", encoded(photo, "TIFF")),
+    ]
+
+
+def test_evaluating_a_tflite_reads_a_folders_pixels_as_tf_data_does():
+    """`keras-vit evaluate model.tflite` reads folders and `.zip`s with Pillow and NumPy, never
+    importing TensorFlow; its images must be the pixels training and the Keras model's
+    evaluation see, in the same order."""
+    from keras_vit.data import Split
+    from keras_vit.evaluate import _image_batches
+
+    names, encoded = zip(*_encoded_in_every_format(), strict=True)
+    split = Split(images=encoded, labels=tuple(range(len(encoded))), names=names)
+    by_numpy = np.concatenate(list(_image_batches(split, (12, 20), 3, tensorflow=False)))
+    by_tf_data = np.concatenate(list(_image_batches(split, (12, 20), 3, tensorflow=True)))
+    assert by_numpy.shape == by_tf_data.shape == (len(names), 12, 20, 3)
+    for name, numpy_pixels, tf_pixels in zip(names, by_numpy, by_tf_data, strict=True):
+        np.testing.assert_allclose(numpy_pixels, tf_pixels, atol=1e-3, err_msg=name)
+
+
+def test_evaluating_a_tflite_on_a_zip_names_the_member_that_does_not_decode():
+    from keras_vit.data import Split
+    from keras_vit.evaluate import _image_batches
+
+    split = Split(images=(b"not an image",), labels=(0,), names=("cats/zz_fake.jpg",))
+    with pytest.raises(ValueError, match=r"^cats/zz_fake.jpg: The image is not an image format"):
+        list(_image_batches(split, (8, 8), 4, tensorflow=False))
