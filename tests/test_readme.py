@@ -1,0 +1,347 @@
+"""Every fenced block of README.md, run as a newcomer runs it, or listed here with the reason it
+cannot run in CI: the README cannot drift from the code again.
+
+`PYTHON_BLOCKS` (keyed by a block's first line) and `COMMANDS` (each shell command, comments
+dropped) say how each is treated. `Run` runs it in one scratch folder, in README order and in
+one Python process (`keras-vit` commands through `keras_vit.cli.main`), with declared
+stand-ins: (README text, what runs instead) pairs, each of which must still occur in the
+README, and the files `SCRATCH_FILES` writes where the README names a download or a user's
+files. A skipped `keras-vit` command must still parse. A block or command the tables do not
+know fails the test, so a new one must be sorted into them.
+"""
+
+import dataclasses
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+
+import pytest
+
+README = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "README.md")
+ROOT = os.path.dirname(README)
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """Runs as written but for `stand_ins`; then `check`, Python that sees the session's
+    names, the block's text as `block` and what it printed as `printed`."""
+
+    stand_ins: tuple = ()
+    prelude: str = ""
+    check: str = ""
+    tfds_mock: bool = False  # tfds reads generated examples (tfds.testing.mock_data): no download
+
+
+@dataclasses.dataclass(frozen=True)
+class Skip:
+    reason: str
+
+
+# Training commands take one step of 4 images with two blocks, without XLA's compile: what they
+# write is checked, not how well they learn (tracing 12 blocks costs ~10 s a model on CI's CPU).
+ONE_STEP = "--epochs 1 --steps-per-epoch 1 --batch-size 4 --no-jit-compile --override depth=2"
+# The model the README exports learns photos/ (colours, easy) in 24 steps instead: a model of one
+# step has near-tied classes, which the quantised variants reorder, failing their agreement check.
+LEARNS_PHOTOS = "--dataset photos --epochs 8 --batch-size 7 --no-jit-compile --override depth=2"
+# Exports verify on 20 held-out images instead of 500.
+FEW_IMAGES = "--verify-images 20"
+
+# Written into the scratch folder before the first block: what the README names but does not make.
+SCRATCH_FILES = """
+import os
+import numpy as np
+from PIL import Image
+import timm, safetensors.torch
+
+rng = np.random.default_rng(0)
+for label, name in enumerate(("daisy", "rose", "tulip")):  # photos/: a user's class folders
+    os.makedirs(f"photos/{name}")
+    for i in range(8):
+        pixels = rng.integers(0, 90, (40, 48, 3), dtype=np.uint8)
+        pixels[..., label] += 160
+        Image.fromarray(pixels).save(f"photos/{name}/{i}.jpg", quality=90)
+Image.fromarray(rng.integers(0, 256, (60, 50, 3), dtype=np.uint8)).save("cat.jpg")
+# A timm checkpoint as downloaded from a hub, with random weights and two blocks (as ONE_STEP).
+tiny = timm.create_model("vit_tiny_patch16_224", pretrained=False, depth=2)
+safetensors.torch.save_file(tiny.state_dict(), "vit_tiny_patch16_224.safetensors")
+"""
+
+PYTHON_BLOCKS = {
+    "import keras": Run(
+        stand_ins=(
+            ("image_size=(384, 384), batch_size=32", "image_size=(64, 64), batch_size=8"),
+            ('"vit_base_patch16_384",', '"vit_tiny_patch16_384", image_size=64, depth=2,'),
+            ('"vit_base_patch16_224.augreg_in21k_ft_in1k.safetensors"', '"vit_tiny_patch16_224.safetensors"'),
+            ("epochs=10", "epochs=1"),
+        ),
+        check="""
+first, last = re.search(r"list_models\\(\\)\\s+# \\['(\\w+)', \\.\\.\\., '(\\w+)'\\]", block).groups()
+assert (keras_vit.list_models()[0], keras_vit.list_models()[-1]) == (first, last)
+assert any("head layer re-initialised" in line for line in WARNINGS), LOGGED
+assert any("from a 14x14 to a 4x4 patch grid" in line for line in LOGGED), LOGGED
+reloaded = keras.models.load_model("vit.keras")
+assert reloaded.class_names == data.class_names == ["daisy", "rose", "tulip"]
+assert vit_48.image_size == (48, 48) and vit.dtype_policy.name == "mixed_bfloat16"
+""",
+    ),
+    "grids = keras_vit.features.intermediates(model, images, indices=[3, 7, 11], norm=True)": Run(
+        stand_ins=(("indices=[3, 7, 11]", "indices=[0, 1]"), ("indices=[3, 7, 11]", "indices=[0, 1]")),
+        prelude="images = next(iter(val_ds))[0]  # a batch of the Use block's validation images",
+        check="""
+assert [grid.shape[1:3] for grid in grids] == [(4, 4)] * 2
+assert os.path.exists("vit_features/saved_model.pb")
+assert printed == "", printed  # verbose=False: no capture dump
+""",
+    ),
+    "# REST from Python": Skip(
+        "needs a TF Serving server (Docker); test_export checks the signature it serves"
+    ),
+    "import mediapipe as mp": Run(),  # on the export block's model and cat.jpg
+}
+
+COMMANDS = {
+    "bash scripts/quickstart.sh": Skip(
+        "the main job, 15 epochs: run by hand in a fresh clone before each release"
+    ),
+    "bash scripts/test.sh": Skip("runs this suite"),
+    "pip install -e .": Skip("scripts/setup.sh installs it; test_the_install_extras_exist checks the extras"),
+    "pip install -e .[export]": Skip("as above"),
+    "pip install -e .[torch]": Skip("as above"),
+    "pip install -e .[dev]": Skip("as above"),
+    "pip install -e .[jax]": Skip("as above"),
+    "keras-vit models": Run(),
+    "keras-vit train": Run(
+        stand_ins=(("keras-vit train", f"keras-vit train {LEARNS_PHOTOS}"),),
+        check='assert os.path.exists("runs/latest/model.keras")',
+    ),
+    "keras-vit train --dataset ~/flowers --model vit_small_patch16_224 --image-size 224 --weights "
+    "vit_small_patch16_224.safetensors --preset finetune --epochs 10 --output runs/flowers": Run(
+        stand_ins=(
+            ("~/flowers", "photos"),
+            ("vit_small_patch16_224 --image-size 224", "vit_tiny_patch16_224 --image-size 32"),
+            ("vit_small_patch16_224.safetensors", "vit_tiny_patch16_224.safetensors"),
+            ("--epochs 10", ONE_STEP),
+        ),
+    ),
+    "keras-vit evaluate runs/flowers": Run(check='assert os.path.exists("runs/flowers/confusion.png")'),
+    "keras-vit export runs/flowers": Run(
+        stand_ins=(("runs/flowers", f"runs/flowers --format tflite {FEW_IMAGES}"),)
+    ),
+    "keras-vit predict MODEL IMAGE...": Run(
+        stand_ins=(("MODEL IMAGE...", "runs/flowers cat.jpg photos/rose/0.jpg"),)
+    ),
+    "keras-vit app desktop --model M": Skip("opens a window: tests/test_desktop_app.py drives it offscreen"),
+    "keras-vit app mobile --model M.tflite": Skip("serves until stopped: tests/test_mobile_app.py drives it"),
+    "keras-vit train --output runs/teacher --model vit_small_patch16_224 --image-size 32 "
+    "--override patch_size=4 --epochs 30": Run(stand_ins=(("--epochs 30", f"--dataset photos {ONE_STEP}"),)),
+    "keras-vit train --output runs/student --model deit_tiny_distilled_patch16_224 --image-size 32 "
+    "--override patch_size=4 --teacher runs/teacher": Run(
+        stand_ins=(("--teacher runs/teacher", f"--teacher runs/teacher --dataset photos {ONE_STEP}"),)
+    ),
+    "keras-vit train --preset small-scratch --dataset cifar10 --output runs/cifar10": Run(
+        stand_ins=(("--output runs/cifar10", f"--output runs/cifar10 {ONE_STEP}"),), tfds_mock=True
+    ),
+    "KERAS_BACKEND=jax keras-vit train --model vit_tiny_patch4_32 --precision mixed_bfloat16 "
+    "--batch-size 512 --randaugment 2 --mixup 0.8 --cutmix 1.0 --output runs/cifar": Skip(
+        "JAX in a process of its own: tests/test_jax_backend.py trains, evaluates and exports there"
+    ),
+    "KERAS_BACKEND=jax keras-vit evaluate runs/cifar": Skip("as above"),
+    "keras-vit export runs/cifar": Skip("as above"),
+    "keras-vit export runs/latest": Run(stand_ins=(("runs/latest", f"runs/latest {FEW_IMAGES}"),)),
+    "keras-vit export runs/latest --format tflite --quantize int8 --int8-input uint8": Run(
+        stand_ins=(("--int8-input uint8", f"--int8-input uint8 {FEW_IMAGES}"),)
+    ),
+    "keras-vit verify exports/vit_nano_patch4_32/export-1": Run(
+        stand_ins=(("export-1", "export-1 --limit 20"),)
+    ),
+    "keras-vit predict exports/vit_nano_patch4_32/export-1/model.tflite cat.jpg": Run(),
+    "docker run --rm -p 8501:8501 -p 8500:8500 "
+    "-v $PWD/exports/vit_nano_patch4_32:/models/vit_nano_patch4_32 -e MODEL_NAME=vit_nano_patch4_32 "
+    "tensorflow/serving --enable_batching "
+    "--batching_parameters_file=/models/vit_nano_patch4_32/batching_parameters.txt": Skip(
+        "Docker and the tensorflow/serving image are not on CI's machine"
+    ),
+    'curl -s http://localhost:8501/v1/models/vit_nano_patch4_32:predict -d {"instances": [{"b64": '
+    '"$(base64 -w0 cat.jpg)"}]}': Skip("needs the server above"),
+    "bash scripts/setup.sh apps": Skip("CI's dev install holds the apps' packages"),
+    ".venv/bin/keras-vit app desktop --model "
+    "runs/quickstart-*/exports/vit_nano_patch4_32/export-1/model.tflite": Skip("opens a window (as above)"),
+    ".venv/bin/keras-vit app mobile --model "
+    "runs/quickstart-*/exports/vit_nano_patch4_32/export-1/model.tflite --host 0.0.0.0 --port 8000": Skip(
+        "serves until stopped (as above)"
+    ),
+}
+
+# Blocks that are not code: what they list must be true.
+LISTINGS = {
+    "exports/vit_nano_patch4_32/1/": Run(
+        check="""
+listed = block.split("export-1/", 1)[1]
+for optional, stem, extensions in re.findall(r"(\\[?)(\\w+)\\.(\\{[\\w,]+\\}|\\w+)", listed):
+    for extension in extensions.strip("{}").split(","):
+        path = f"exports/vit_nano_patch4_32/export-1/{stem}.{extension}"
+        assert optional or os.path.exists(path), path
+assert os.path.exists("exports/vit_nano_patch4_32/1/saved_model.pb")
+""",
+    ),
+    "model_config_list {": Skip("TF Serving's config file, for the server above"),
+    "keras_vit/": Skip("checked by test_the_layout_names_files_that_exist"),
+}
+
+
+def _blocks():
+    """(language, first line (up to a gap of spaces), text) of each fenced block, in order."""
+    text = open(README, encoding="utf-8").read()
+    return [
+        (language, re.split(r"\s{2,}", body.splitlines()[0].strip())[0], body)
+        for language, body in re.findall(r"^```(\w*)\n(.*?)^```", text, re.M | re.S)
+    ]
+
+
+def _commands(body):
+    """A shell block's commands, each as one line with its comments and continuations dropped."""
+    commands = []
+    for line in re.sub(r"\\\n\s*", " ", body).splitlines():
+        words = shlex.split(line, comments=True)
+        if words:
+            commands.append(" ".join(words))
+    return commands
+
+
+def _with_stand_ins(text, entry, where):
+    for readme_text, stand_in in entry.stand_ins:
+        assert readme_text in text, f"stand-in for {readme_text!r}: no longer in {where}"
+        text = text.replace(readme_text, stand_in, 1)
+    return text
+
+
+def _session_steps():
+    """The README's runnable blocks and commands, in order, as steps for SESSION."""
+    steps = [{"name": "scratch files", "kind": "python", "code": SCRATCH_FILES, "block": "", "check": ""}]
+    for language, first_line, body in _blocks():
+        if language == "python":
+            entries = [(first_line, PYTHON_BLOCKS.get(first_line), body)]
+        elif language == "bash":
+            entries = [(command, COMMANDS.get(command), command) for command in _commands(body)]
+        else:
+            entries = [(first_line, LISTINGS.get(first_line), None)]
+        for key, entry, code in entries:
+            assert entry is not None, f"README block or command not sorted into tests/test_readme.py: {key!r}"
+            if isinstance(entry, Skip):
+                continue
+            step = {"name": key[:80], "block": body, "check": entry.check, "tfds_mock": entry.tfds_mock}
+            if code is None:
+                step.update(kind="python", code="")
+            elif language == "bash":
+                step.update(kind="cli", argv=shlex.split(_with_stand_ins(code, entry, key))[1:])
+            else:
+                step.update(kind="python", code=entry.prelude + "\n" + _with_stand_ins(code, entry, key))
+            steps.append(step)
+    return steps
+
+
+SESSION = """
+import contextlib, io, json, logging, os, re, sys, time
+START = time.monotonic()
+import torch, timm  # before TensorFlow, as in a process that reads timm checkpoints
+
+LOGGED, WARNINGS = [], []
+
+class Collect(logging.Handler):
+    def emit(self, record):
+        (WARNINGS if record.levelno >= logging.WARNING else LOGGED).append(record.getMessage())
+        LOGGED.append(record.getMessage())
+
+logging.getLogger("keras_vit").addHandler(Collect(logging.INFO))
+logging.getLogger("keras_vit").setLevel(logging.INFO)
+names = {"re": re, "os": os, "LOGGED": LOGGED, "WARNINGS": WARNINGS}
+for step in json.load(open(sys.argv[1])):
+    print(f"=== {step['name']} (at {time.monotonic() - START:.1f} s)", flush=True)
+    printed = io.StringIO()
+    mock = contextlib.nullcontext()
+    if step.get("tfds_mock"):
+        import tensorflow_datasets as tfds
+        mock = tfds.testing.mock_data(num_examples=24)
+    with mock:
+        if step["kind"] == "cli":
+            from keras_vit.cli import main  # as the script runs it, after the README's imports
+
+            code = main(step["argv"])
+            assert code == 0, f"keras-vit {' '.join(step['argv'])} exited {code}"
+        else:
+            with contextlib.redirect_stdout(printed):
+                exec(compile(step["code"], step["name"], "exec"), names)
+    names.update(block=step["block"], printed=printed.getvalue())
+    exec(compile(step["check"], step["name"] + " (check)", "exec"), names)
+print(f"=== all ran (at {time.monotonic() - START:.1f} s)", flush=True)
+"""
+
+
+def test_every_readme_block_runs_or_says_why_not(tmp_path):
+    steps = _session_steps()
+    (tmp_path / "steps.json").write_text(json.dumps(steps))
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    result = subprocess.run(
+        [sys.executable, "-c", SESSION, str(tmp_path / "steps.json")],
+        cwd=scratch,
+        capture_output=True,
+        text=True,
+        timeout=540,
+    )
+    ran = re.findall(r"^=== (.*) \(at [\d.]+ s\)$", result.stdout, re.M)
+    print("\n".join(re.findall(r"^=== .*$", result.stdout, re.M)))  # each step's start, for --durations' sake
+    assert result.returncode == 0 and ran[-1:] == ["all ran"], (
+        f"README step {ran[-1] if ran else '?'!r} failed:\n{result.stdout[-3000:]}\n{result.stderr[-5000:]}"
+    )
+
+
+def test_the_tables_name_only_what_the_readme_holds():
+    """A table entry whose block or command has left the README would hide nothing: drop it."""
+    blocks = _blocks()
+    commands = {command for language, _, body in blocks if language == "bash" for command in _commands(body)}
+    first_lines = {first_line for _, first_line, _ in blocks}
+    assert set(COMMANDS) - commands == set()
+    assert (set(PYTHON_BLOCKS) | set(LISTINGS)) - first_lines == set()
+
+
+def _keras_vit_arguments(command):
+    """The arguments of a `keras-vit` command (after any `NAME=value` settings), else None."""
+    words = shlex.split(command)
+    while words and "=" in words[0]:  # KERAS_BACKEND=jax ...
+        words.pop(0)
+    return words[1:] if words and os.path.basename(words[0]) == "keras-vit" else None
+
+
+@pytest.mark.parametrize(
+    "command", [c for c, entry in COMMANDS.items() if isinstance(entry, Skip) and _keras_vit_arguments(c)]
+)
+def test_a_skipped_keras_vit_command_still_parses(command):
+    from keras_vit.cli import build_parser
+
+    build_parser().parse_args(_keras_vit_arguments(command))  # exits on an unknown flag or a bad value
+
+
+def test_the_install_extras_exist():
+    import tomllib
+
+    extras = tomllib.load(open(os.path.join(ROOT, "pyproject.toml"), "rb"))["project"][
+        "optional-dependencies"
+    ]
+    named = {re.search(r"\[(\w+)\]", c).group(1) for c in COMMANDS if c.startswith("pip install -e .[")}
+    assert named and named <= set(extras), named - set(extras)
+
+
+def test_the_layout_names_files_that_exist():
+    (layout,) = [body for _, first_line, body in _blocks() if first_line == "keras_vit/"]
+    files = set(
+        subprocess.run(
+            ["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True
+        ).stdout.split()
+    )
+    basenames = {os.path.basename(path) for path in files}
+    named = set(re.findall(r"\b[\w-]+\.(?:py|sh|zip)\b", layout))
+    assert named and named - basenames == set(), named - basenames
