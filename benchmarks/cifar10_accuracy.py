@@ -5,7 +5,7 @@
 
 Reads ../shared/datasets/cifar10_png.zip (50,000 training and 10,000 test PNGs) as
 `keras-vit train --dataset` does. Everything the recipe sets (model, schedule,
-augmentation, regularisation, precision) is the preset's, in keras_vit/recipes.py;
+augmentation, regularisation, precision) is the preset's, in keras_vit/training/recipes.py;
 this script only runs it. Validation comes out of the training split; the test
 images choose nothing and are scored once, at the end, with `keras-vit evaluate`'s
 code. Then `keras-vit export` verifies the model in every format. Writes
@@ -38,7 +38,7 @@ INT8_TARGET_POINTS = 1.0  # full int8 may lose at most this much top-1 against K
 
 
 def parse_args(argv):
-    from keras_vit.recipes import PRESETS
+    from keras_vit.training.recipes import PRESETS
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -81,12 +81,12 @@ def train_and_score(args):
     """Trains the recipe, then scores the run's model on the test split: the summary."""
     import keras
 
-    from keras_vit import complexity
-    from keras_vit.evaluate import evaluate
-    from keras_vit.run_folder import RunFolder
-    from keras_vit.saving import load_trained_model
-    from keras_vit.train import train
-    from keras_vit.train_config import TrainConfig
+    from keras_vit.inference.evaluate import evaluate
+    from keras_vit.model import complexity
+    from keras_vit.storage.run_folder import RunFolder
+    from keras_vit.storage.saving import load_trained_model
+    from keras_vit.training.config import TrainConfig
+    from keras_vit.training.train import train
 
     chosen = {
         "epochs": args.epochs,

@@ -6,7 +6,7 @@
 Measures, on the first GPU:
 - the bf16 matmul peak (8192^3, jitted) beside the GPU's bf16 spec;
 - training images/s and MFU of one architecture in three implementations, same batch:
-  keras_vit as users run it (`TrainingModel` compiled by `keras_vit.train`, `model.fit` on
+  keras_vit as users run it (`TrainingModel` compiled by `keras_vit.training.train`, `model.fit` on
   uint8 batches from tf.data, mixed_bfloat16, AdamW), keras-hub's `ViTBackbone` + a Dense
   head through `model.fit` (when keras-hub is installed), and timm (bf16 autocast, fused
   AdamW, `torch.compile`, data already on the GPU): ViT-B/16 at 224 (batch 128 and 256)
@@ -114,9 +114,9 @@ def _synthetic_batches(size, batch, as_dict):
 
 
 def keras_vit_rate(architecture, batch, steps, epochs, precision):
-    from keras_vit.callbacks import steps_per_execution
-    from keras_vit.train import build_model, compile_training_model
-    from keras_vit.train_config import TrainConfig
+    from keras_vit.training.callbacks import steps_per_execution
+    from keras_vit.training.config import TrainConfig
+    from keras_vit.training.train import build_model, compile_training_model
 
     spec = ARCHITECTURES[architecture]
     overrides = {k: spec[k] for k in ("patch_size", "hidden_dim", "depth", "num_heads", "mlp_dim")}
@@ -204,8 +204,8 @@ def augmentation_cost(dataset, model, batch, steps, epochs, precision, image_siz
     the rate is the extra images of a longer run over its extra seconds (start-up and compile cancel)."""
     import tempfile
 
-    from keras_vit.train import train
-    from keras_vit.train_config import TrainConfig
+    from keras_vit.training.config import TrainConfig
+    from keras_vit.training.train import train
 
     def seconds(augment, run_epochs):
         with tempfile.TemporaryDirectory() as folder:

@@ -87,10 +87,10 @@ def _onnxruntime(model, folder):
 
 def runtimes(name, folder, names, calibration_images):
     """`{runtime: (run(images NHWC float32 in [0, 255]), layout)}` for the requested runtimes."""
-    from keras_vit.classifier import load_classifier
     from keras_vit.export import tflite
     from keras_vit.export.serving import write_saved_model
-    from keras_vit.runtimes import SavedModelRunner
+    from keras_vit.inference.classifier import load_classifier
+    from keras_vit.inference.runtimes import SavedModelRunner
 
     model = keras_vit.create_model(name, num_classes=1000)
     classifier = load_classifier(model)

@@ -4,7 +4,7 @@ The pipeline must never be what limits training: it should produce at least 3x t
 images/s the training step consumes, because on a CPU both share the same cores.
 
 The pipeline reads, decodes, resizes and batches; augmentation runs in the training step
-(`keras_vit.augment`), so it is not part of these figures.
+(`keras_vit.training.augment`), so it is not part of these figures.
 
 - CIFAR-10: the embedded cifar10-mini's training PNGs at 32 x 32 (decoded once, cached).
 - 224 x 224: the Imagenette validation JPEGs from `../shared/datasets/` when they are there
@@ -19,8 +19,8 @@ import zipfile
 import numpy as np
 import tensorflow as tf
 
-from keras_vit.data import read_image_folder
-from keras_vit.pipeline import training_batches
+from keras_vit.data.datasets import read_image_folder
+from keras_vit.data.pipeline import training_batches
 
 IMAGENETTE = os.path.join(
     os.path.dirname(os.path.abspath(__file__)),

@@ -24,9 +24,9 @@ import zipfile
 
 import keras
 
-from keras_vit.run_folder import RunFolder
-from keras_vit.train import train
-from keras_vit.train_config import TrainConfig
+from keras_vit.storage.run_folder import RunFolder
+from keras_vit.training.config import TrainConfig
+from keras_vit.training.train import train
 
 REPORT_DIR = os.path.join(os.path.dirname(__file__), "..", "docs", "benchmarks")
 

@@ -30,7 +30,7 @@ def exported_tflite(model_name, folder):
     """`model_name` with random weights, exported by `keras-vit export` as an fp32 `.tflite`."""
     import keras_vit
     from keras_vit.export.exporter import export_model
-    from keras_vit.export_folder import TFLITE_FILE
+    from keras_vit.storage.export_folder import TFLITE_FILE
 
     model = keras_vit.create_model(model_name, num_classes=10, class_names=[f"class {i}" for i in range(10)])
     path = os.path.join(folder, "model.keras")

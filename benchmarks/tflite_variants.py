@@ -23,12 +23,12 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from keras_vit.classifier import load_classifier  # noqa: E402
+from keras_vit.data.datasets import DATASET  # noqa: E402
 from keras_vit.export import metadata, tflite  # noqa: E402
 from keras_vit.export.verify import held_out_images, latency_ms  # noqa: E402
-from keras_vit.recipes import DATASET  # noqa: E402
-from keras_vit.run_folder import DatasetSpec, RunFolder  # noqa: E402
-from keras_vit.runtimes import KerasRunner, TFLiteRunner  # noqa: E402
+from keras_vit.inference.classifier import load_classifier  # noqa: E402
+from keras_vit.inference.runtimes import KerasRunner, TFLiteRunner  # noqa: E402
+from keras_vit.storage.run_folder import DatasetSpec, RunFolder  # noqa: E402
 
 LAYER_NORM = ("MEAN", "SQUARED_DIFFERENCE", "RSQRT")
 FALLBACKS = {
@@ -74,7 +74,7 @@ def main():
     dataset = spec.name
     if args.random:
         import keras_vit
-        from keras_vit import data
+        from keras_vit.data import datasets as data
 
         names = list(data.load_dataset(dataset).class_names)
         model = keras_vit.create_model(

@@ -25,10 +25,11 @@ import time
 import keras
 
 from keras_vit import __version__
-from keras_vit.classifier import load_classifier
 from keras_vit.export import metadata, onnx_model, serving, tflite
 from keras_vit.export.verify import format_table, verify_exports, write_report
-from keras_vit.export_folder import (
+from keras_vit.files import DiskFullError, folder_size, is_disk_full, write_bytes, write_json
+from keras_vit.inference.classifier import load_classifier
+from keras_vit.storage.export_folder import (
     BATCHING_FILE,
     LABELS_FILE,
     MANIFEST_FILE,
@@ -37,8 +38,7 @@ from keras_vit.export_folder import (
     files_folder,
     tflite_file,
 )
-from keras_vit.files import DiskFullError, folder_size, is_disk_full, write_bytes, write_json
-from keras_vit.run_folder import RunFolder
+from keras_vit.storage.run_folder import RunFolder
 
 logger = logging.getLogger(__name__)
 

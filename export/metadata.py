@@ -14,7 +14,7 @@ module builds the metadata from MediaPipe's pure-Python schema with
 
 Our models normalise inside the graph and take RGB pixels in [0, 255], so the
 metadata's normalisation is the identity (mean 0, std 1): readers apply it and
-hand the model raw pixels. `keras_vit.tflite_metadata` reads it back.
+hand the model raw pixels. `keras_vit.inference.tflite_metadata` reads it back.
 """
 
 import io
@@ -22,8 +22,8 @@ import zipfile
 
 import flatbuffers
 
-from keras_vit.export_folder import LABELS_FILE
-from keras_vit.tflite_metadata import METADATA_NAME, schemas
+from keras_vit.inference.tflite_metadata import METADATA_NAME, schemas
+from keras_vit.storage.export_folder import LABELS_FILE
 
 # The second output of the attention model (`keras-vit export --attention`).
 ATTENTION_OUTPUT = "attention"
@@ -85,7 +85,7 @@ def _model_metadata(classifier, input_is_uint8, description, output_ranks=(2,)):
 
 
 def _attention_metadata(fb, classifier):
-    from keras_vit.layers import PatchEncoder
+    from keras_vit.model.layers import PatchEncoder
 
     encoder = next(layer for layer in classifier.model.layers if isinstance(layer, PatchEncoder))
     rows, cols = encoder.grid_size

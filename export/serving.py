@@ -16,9 +16,9 @@ import os
 
 import tensorflow as tf
 
-from keras_vit.export_folder import LABELS_FILE
-from keras_vit.pipeline import decode_upright, resize, starts_with
-from keras_vit.runtimes import TOP_K
+from keras_vit.data.pipeline import decode_upright, resize, starts_with
+from keras_vit.inference.runtimes import TOP_K
+from keras_vit.storage.export_folder import LABELS_FILE
 
 # TF Serving's server-side batching (`--enable_batching --batching_parameters_file=...`):
 # requests arriving within 2 ms are run as one batch of up to 32 images, which serving_default's
@@ -33,7 +33,7 @@ pad_variable_length_inputs: false
 # Magic numbers of the formats tf.io.decode_image reads (WebP: "RIFF", a size, "WEBP").
 _SIGNATURES = (b"\xff\xd8\xff", b"\x89PNG", b"GIF8", b"BM")
 # The most pixels an image may declare: where Pillow refuses a decompression bomb (twice its
-# MAX_IMAGE_PIXELS), the same rule as keras_vit.images.load_image. Checked on the header,
+# MAX_IMAGE_PIXELS), the same rule as keras_vit.data.images.load_image. Checked on the header,
 # before anything is allocated.
 MAX_PIXELS = 2 * 89_478_485
 

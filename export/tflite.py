@@ -13,8 +13,9 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_vit import data, framework_logs, pipeline
-from keras_vit.attention import AttentionRollout
+from keras_vit import framework_logs
+from keras_vit.data import datasets, pipeline
+from keras_vit.model.attention import AttentionRollout
 
 logger = logging.getLogger(__name__)
 
@@ -43,7 +44,7 @@ def _converter(classifier, folder, outputs=None):
 
 def convert_with_attention(classifier):
     """An fp32 model with two outputs: `probabilities` and `attention`, the attention-rollout
-    map `(1, rows, cols)` from the [cls] token (`keras_vit.attention`), for apps that show
+    map `(1, rows, cols)` from the [cls] token (`keras_vit.model.attention`), for apps that show
     where the model looked. The plain exports are unchanged.
     """
     rollout = AttentionRollout(classifier.model)
@@ -162,7 +163,7 @@ def check_builtin_ops(flatbuffer):
 def representative_images(dataset, image_size, count=200, seed=0):
     """`count` training images (all of them, when there are fewer), decoded and resized as in
     training, for int8 calibration."""
-    folder = data.load_dataset(dataset, seed=seed)
+    folder = datasets.load_dataset(dataset, seed=seed)
     split = folder["train"]
     if len(split) < count:
         logger.info(

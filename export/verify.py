@@ -14,10 +14,10 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from keras_vit import pipeline
-from keras_vit.export_folder import VERIFICATION_FILES, ExportFolder
+from keras_vit.data import pipeline
 from keras_vit.files import atomic_write, write_json
-from keras_vit.runtimes import KerasRunner, open_model
+from keras_vit.inference.runtimes import KerasRunner, open_model
+from keras_vit.storage.export_folder import VERIFICATION_FILES, ExportFolder
 
 # Per kind of export: (max |probability difference|, min top-1 agreement, max accuracy drop).
 TARGETS = {

@@ -25,13 +25,16 @@ def _command_line_is_starting():
 
 
 if not _command_line_is_starting():
-    from keras_vit import features, layers, optimizers, pipeline
-    from keras_vit.complexity import forward_flops, parameter_count, training_flops
-    from keras_vit.configs import list_models
-    from keras_vit.models import ViT, create_model, resize_model
-    from keras_vit.pos_embed import resample_position_embeddings
-    from keras_vit.training_model import TrainingModel
-    from keras_vit.weights import CheckpointMismatchError, load_weights
+    from keras_vit.data import pipeline
+    from keras_vit.model import features, layers
+    from keras_vit.model.complexity import forward_flops, parameter_count, training_flops
+    from keras_vit.model.configs import list_models
+    from keras_vit.model.pos_embed import resample_position_embeddings
+    from keras_vit.model.vit import ViT, create_model, resize_model
+    from keras_vit.model.weights import CheckpointMismatchError
+    from keras_vit.training import optimizers
+    from keras_vit.training.initial_weights import load_weights
+    from keras_vit.training.training_model import TrainingModel
 
 __all__ = [
     "CheckpointMismatchError",

@@ -10,11 +10,11 @@ import os
 import sys
 
 from keras_vit import framework_logs
-from keras_vit.runtimes import TOP_K
+from keras_vit.inference.runtimes import TOP_K
 
 
 def _models(args):
-    from keras_vit import complexity, configs
+    from keras_vit.model import complexity, configs
 
     rows = []
     for name in configs.list_models():
@@ -57,8 +57,8 @@ def _models(args):
 def _train(args):
     import dataclasses
 
-    from keras_vit.train import train
-    from keras_vit.train_config import TrainConfig
+    from keras_vit.training.config import TrainConfig
+    from keras_vit.training.train import train
 
     fields = {f.name for f in dataclasses.fields(TrainConfig)}
     values = {k: v for k, v in vars(args).items() if k in fields and v is not None}
@@ -74,10 +74,10 @@ def _train(args):
 
 
 def _evaluate(args):
-    from keras_vit.evaluate import evaluate, write_report
-    from keras_vit.export_folder import folder_of, recorded_dataset
-    from keras_vit.recipes import DATASET
-    from keras_vit.runtimes import open_model
+    from keras_vit.data.datasets import DATASET
+    from keras_vit.inference.evaluate import evaluate, write_report
+    from keras_vit.inference.runtimes import open_model
+    from keras_vit.storage.export_folder import folder_of, recorded_dataset
 
     # The run or export remembers its dataset and split; flags win.
     spec = recorded_dataset(args.model)
@@ -97,7 +97,7 @@ def _evaluate(args):
 
 
 def _model_needs_tensorflow(args):
-    from keras_vit.runtimes import needs_tensorflow
+    from keras_vit.inference.runtimes import needs_tensorflow
 
     return needs_tensorflow(args.model)
 
@@ -105,9 +105,9 @@ def _model_needs_tensorflow(args):
 def _predict(args):
     import textwrap
 
-    from keras_vit.images import image_files
-    from keras_vit.predict import iter_predictions
-    from keras_vit.runtimes import open_model
+    from keras_vit.data.images import image_files
+    from keras_vit.inference.predict import iter_predictions
+    from keras_vit.inference.runtimes import open_model
 
     paths = []
     for given in args.images:  # a folder stands for the images directly in it, as in the desktop app
@@ -213,7 +213,7 @@ def _parse_override(item):
 
 
 def _add_train_arguments(parser):
-    from keras_vit.recipes import PRECISIONS, PRESETS, STRATEGIES
+    from keras_vit.training.recipes import PRECISIONS, PRESETS, STRATEGIES
 
     add = parser.add_argument
     add("--dataset", help="an image folder or .zip of class_name/image files, or cifar10-mini (default)")
@@ -430,7 +430,7 @@ def _add_app_commands(app, common):
 
 def _model_name(text):
     """An argparse type: a named config, checked before TensorFlow loads (a typo answers at once)."""
-    from keras_vit.configs import get_model_config
+    from keras_vit.model.configs import get_model_config
 
     try:
         get_model_config(text)
@@ -521,9 +521,11 @@ def _disk_full_message(error):
 def main(argv=None):
     args = build_parser().parse_args(argv)
     try:
+        uses_keras = args.uses_keras(args) if callable(args.uses_keras) else args.uses_keras
         if not args.verbose:
-            uses_keras = args.uses_keras(args) if callable(args.uses_keras) else args.uses_keras
             framework_logs.quiet(load_frameworks=uses_keras)
+        if uses_keras:  # registers every class a keras-vit `.keras` file can name
+            from keras_vit.training import optimizers, training_model  # noqa: F401
         return args.run(args)
     except (ValueError, FileNotFoundError, TypeError) as error:
         # Bad input: one clear line, no traceback.

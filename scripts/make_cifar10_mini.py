@@ -1,4 +1,4 @@
-"""Builds keras_vit/datasets/cifar10_mini.zip, the embedded default dataset.
+"""Builds keras_vit/data/embedded/cifar10_mini.zip, the embedded default dataset.
 
 A stratified, deterministic subset of real CIFAR-10: for each class and split,
 a seeded sample of the member names (sorted first, so the sample does not
@@ -20,7 +20,7 @@ import zipfile
 
 SOURCE_MD5 = "71d6e24755ec6e24b86ced3c6ae1436c"
 DEFAULT_SOURCE = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "datasets", "cifar10_png.zip")
-DEFAULT_OUTPUT = os.path.join(os.path.dirname(__file__), "..", "keras_vit", "datasets", "cifar10_mini.zip")
+DEFAULT_OUTPUT = os.path.join(os.path.dirname(__file__), "..", "keras_vit", "data", "embedded", "cifar10_mini.zip")
 FIXED_TIME = (2020, 1, 1, 0, 0, 0)
 
 

@@ -152,7 +152,7 @@ def colour_teacher(tmp_path_factory):
 def colour_teacher_tflite(colour_teacher, tmp_path_factory):
     """colour_teacher exported as an fp32 `.tflite` (with its labels in the metadata)."""
     from keras_vit.export.exporter import export_model
-    from keras_vit.export_folder import tflite_file
+    from keras_vit.storage.export_folder import tflite_file
 
     manifest = export_model(
         colour_teacher, output=str(tmp_path_factory.mktemp("teacher_export")), formats=("tflite",),
@@ -186,7 +186,7 @@ def kill_after_two_epochs():
 @pytest.fixture(scope="session")
 def image_folder(tmp_path_factory):
     """20 real CIFAR-10 test images from the embedded dataset, as PNG files."""
-    from keras_vit import data
+    from keras_vit.data import datasets as data
 
     folder = tmp_path_factory.mktemp("images")
     dataset = data.load_dataset("cifar10-mini")
@@ -221,8 +221,8 @@ def export_folder(tmp_path_factory):
 
 def _build_export_folder(root):
     from keras_vit.export.exporter import export_model
-    from keras_vit.train import train
-    from keras_vit.train_config import TrainConfig
+    from keras_vit.training.config import TrainConfig
+    from keras_vit.training.train import train
 
     run = root / "run" / "run"
     train(

@@ -8,7 +8,7 @@ of whenever a timer happens to fire:
     python tests/full_disk.py DISK TARGET CALL LEAVE -- train ...
 
 TARGET is `module.attribute` or `module.Class.method`, e.g.
-`keras_vit.callbacks.ResumableBackup._save_model`.
+`keras_vit.training.callbacks.ResumableBackup._save_model`.
 """
 
 import errno

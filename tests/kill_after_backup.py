@@ -13,7 +13,7 @@ KILLED = 86
 
 
 def kill_after_backup(step):
-    from keras_vit.callbacks import ResumableBackup, optimizer_step
+    from keras_vit.training.callbacks import ResumableBackup, optimizer_step
 
     save = ResumableBackup._save_model
 

@@ -1,11 +1,16 @@
-"""The batch augmentation that runs inside the training step (keras_vit.augment)."""
+"""The batch augmentation that runs inside the training step (keras_vit.training.augment)."""
 
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_vit.augment import BatchAugmentation, PerImageRandAugment, pad_and_crop, random_resized_crop
+from keras_vit.training.augment import (
+    BatchAugmentation,
+    PerImageRandAugment,
+    pad_and_crop,
+    random_resized_crop,
+)
 
 RNG = np.random.default_rng(0)
 IMAGES = RNG.integers(0, 256, (6, 16, 16, 3)).astype("float32")

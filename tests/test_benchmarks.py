@@ -136,8 +136,8 @@ def test_gpu_benchmark_measures_each_side_and_writes_its_report_at_tiny_sizes(tm
 
 
 def test_the_small_scratch_recipe_is_a_plain_vit_under_10m_parameters_with_its_own_choices():
-    from keras_vit import complexity, configs
-    from keras_vit.train_config import TrainConfig
+    from keras_vit.model import complexity, configs
+    from keras_vit.training.config import TrainConfig
 
     recipe = TrainConfig(dataset="unused", preset="small-scratch").resolved()
     assert recipe.model == "vit_cifar_patch4_32" and configs.get_model_config(recipe.model)["patch_size"] == 4
@@ -156,7 +156,7 @@ def test_the_cifar10_recipe_command_shortened_trains_scores_and_reports(tmp_path
     import json
     import subprocess
 
-    from keras_vit import data
+    from keras_vit.data import datasets as data
 
     command = [
         sys.executable, os.path.join(BENCHMARKS, "cifar10_accuracy.py"), "--recipe", "small-scratch",

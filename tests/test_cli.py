@@ -111,7 +111,7 @@ def test_help_and_models_answer_without_importing_a_framework(start, command):
 
 
 def test_training_shows_a_progress_bar_in_a_terminal_and_a_line_per_epoch_in_a_log():
-    from keras_vit.train import keras_verbosity
+    from keras_vit.training.train import keras_verbosity
 
     class Terminal(io.StringIO):
         def isatty(self):
@@ -179,3 +179,22 @@ def test_a_typo_is_refused_before_tensorflow_loads(tmp_path, argv, says):
     (line,) = result.stderr.strip().splitlines()
     assert says in line
     assert json.loads(result.stdout) == {"code": 1, "loaded": []}
+
+
+@pytest.mark.parametrize(
+    "weights, says",
+    [
+        ("missing.safetensors", "Weights not found: missing.safetensors (--weights takes a checkpoint"),
+        ("photos", "photos is a folder without a model.keras: --weights takes a checkpoint"),
+        ("notes.txt", "notes.txt is not a checkpoint keras-vit reads: --weights takes a checkpoint"),
+    ],
+)
+def test_weights_that_are_no_checkpoint_are_refused_before_a_run_starts(
+    capsys, tmp_path, monkeypatch, weights, says
+):
+    """`--weights` is checked up front, as `--teacher` is: one line, and no run folder."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "photos").mkdir()
+    (tmp_path / "notes.txt").write_text("not weights")
+    line = _one_line_exit_1(capsys, ["train", "--weights", weights, "--output", "run"])
+    assert line.startswith(f"keras-vit train: error: {says}") and not (tmp_path / "run").exists()

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_vit import data
+from keras_vit.data import datasets as data
 
 CIFAR10_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
 SHARED_CIFAR10 = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "datasets", "cifar10_png.zip")
@@ -132,9 +132,9 @@ def test_missing_paths_and_non_datasets_are_clear_errors(tmp_path):
 def test_a_folder_of_every_image_type_the_apps_open_decodes_as_predict_does_and_trains(tmp_path):
     from PIL import Image
 
-    from keras_vit import images, pipeline
-    from keras_vit.train import train
-    from keras_vit.train_config import TrainConfig
+    from keras_vit.data import images, pipeline
+    from keras_vit.training.config import TrainConfig
+    from keras_vit.training.train import train
 
     rng = np.random.default_rng(0)
     for name, colour in {"red": (230, 20, 20), "blue": (20, 20, 230)}.items():

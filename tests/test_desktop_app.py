@@ -21,9 +21,9 @@ from PySide6.QtGui import QDropEvent, QImage  # noqa: E402
 import keras_vit  # noqa: E402
 from keras_vit.apps.desktop.inference import LoadedModel  # noqa: E402
 from keras_vit.apps.desktop.window import MainWindow, to_pixmap  # noqa: E402
-from keras_vit.classifier import load_classifier  # noqa: E402
 from keras_vit.export import tflite  # noqa: E402
-from keras_vit.predict import read_image  # noqa: E402
+from keras_vit.inference.classifier import load_classifier  # noqa: E402
+from keras_vit.inference.predict import read_image  # noqa: E402
 
 WAIT_MS = 60_000
 VENV_BIN = os.path.dirname(sys.executable)
@@ -45,7 +45,7 @@ def _litert_top1(model_path, image_path):
     """Top-1 straight from LiteRT, with the library's own image reading."""
     from ai_edge_litert.interpreter import Interpreter
 
-    from keras_vit.tflite_metadata import read_labels
+    from keras_vit.inference.tflite_metadata import read_labels
 
     with open(model_path, "rb") as f:
         labels = read_labels(f.read())
@@ -302,7 +302,7 @@ def test_a_distilled_model_with_registers_shows_its_overlay_and_passes_the_mobil
     accepts the export."""
     from apps.mobile.build import describe_model
     from keras_vit.export.exporter import export_model
-    from keras_vit.export_folder import ATTENTION_FILE, tflite_file
+    from keras_vit.storage.export_folder import ATTENTION_FILE, tflite_file
 
     class_names = [f"class_{i}" for i in range(10)]
     model = keras_vit.ViT(

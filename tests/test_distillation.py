@@ -8,13 +8,13 @@ import pytest
 from conftest import COLOR_CLASSES
 from PIL import Image
 
-from keras_vit import data
 from keras_vit.cli import main
-from keras_vit.models import distilled_heads
-from keras_vit.saving import load_trained_model
-from keras_vit.teacher import open_teacher
-from keras_vit.train import train
-from keras_vit.train_config import TrainConfig
+from keras_vit.data import datasets as data
+from keras_vit.model.vit import distilled_heads
+from keras_vit.storage.saving import load_trained_model
+from keras_vit.training.config import TrainConfig
+from keras_vit.training.teacher import open_teacher
+from keras_vit.training.train import train
 
 TINY_DISTILLED = dict(hidden_dim=32, depth=2, num_heads=4, mlp_dim=64, distillation_token=True)
 

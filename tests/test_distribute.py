@@ -15,13 +15,13 @@ import json, sys
 import tensorflow as tf
 cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-from keras_vit.train import build_model, compile_training_model, train
-from keras_vit.train_config import TrainConfig
+from keras_vit.training.train import build_model, compile_training_model, train
+from keras_vit.training.config import TrainConfig
 config = TrainConfig(**json.loads(sys.argv[1]))
 strategy = sys.argv[2]
 if strategy == "mirrored":
     config.strategy = "mirrored"
-    import keras_vit.distribute as d
+    import keras_vit.training.distribute as d
     d._tf_strategy = lambda name: tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
 run = train(config)
 print(json.dumps(run.summary["history"]["loss"]))
@@ -34,7 +34,7 @@ def test_mirrored_over_two_cpu_replicas_matches_one_replica_with_clipping(colors
     No augmentation: each replica draws its own, so with it the two runs see different images.
 
     The replicas' gradients are summed (each holds its share of the batch), and gradient
-    clipping measures the norm of that sum (keras_vit.optimizers.AdamW), so both runs take
+    clipping measures the norm of that sum (keras_vit.training.optimizers.AdamW), so both runs take
     the same steps up to float32 summation order: losses agree to 1e-4 relative after 2
     epochs. The clip norm is small enough to act on every step: without clipping the losses
     differ by more than 1e-3.
@@ -67,8 +67,8 @@ def test_mirrored_over_two_cpu_replicas_matches_one_replica_with_clipping(colors
 WORKER = """
 import json, sys
 import numpy as np
-from keras_vit.train import build_model, compile_training_model, train
-from keras_vit.train_config import TrainConfig
+from keras_vit.training.train import build_model, compile_training_model, train
+from keras_vit.training.config import TrainConfig
 run = train(TrainConfig(**json.loads(sys.argv[1])))
 weights = np.concatenate([np.ravel(w) for w in run.model.get_weights()])
 np.save(sys.argv[2], weights)
@@ -122,9 +122,9 @@ import json, sys
 import tensorflow as tf
 cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-import keras_vit.distribute as d
-from keras_vit.train import build_model, compile_training_model, train
-from keras_vit.train_config import TrainConfig
+import keras_vit.training.distribute as d
+from keras_vit.training.train import build_model, compile_training_model, train
+from keras_vit.training.config import TrainConfig
 strategy = sys.argv[3]
 if strategy == "one-device":
     d._tf_strategy = lambda name: tf.distribute.OneDeviceStrategy("/cpu:0")

@@ -15,14 +15,14 @@ import pytest
 import tensorflow as tf
 
 import keras_vit
-from keras_vit import data
-from keras_vit.classifier import load_classifier
 from keras_vit.cli import main
+from keras_vit.data import datasets as data
 from keras_vit.export import tflite
 from keras_vit.export.exporter import export_model, next_version, recommended_variant
-from keras_vit.export_folder import BATCHING_FILE, ONNX_FILE
-from keras_vit.runtimes import open_model
-from keras_vit.tflite_metadata import read_metadata
+from keras_vit.inference.classifier import load_classifier
+from keras_vit.inference.runtimes import open_model
+from keras_vit.inference.tflite_metadata import read_metadata
+from keras_vit.storage.export_folder import BATCHING_FILE, ONNX_FILE
 
 VENV_BIN = os.path.dirname(sys.executable)
 
@@ -533,7 +533,7 @@ def test_a_jpeg_dataset_exports_with_every_variant_meeting_its_target(
 
 def test_training_decodes_a_photo_as_pillow_and_the_apps_do(tmp_path):
     """Training's pixels are the ones predict, the apps and the server give the model."""
-    from keras_vit import images, pipeline
+    from keras_vit.data import images, pipeline
 
     photos = _jpeg_photos(tmp_path / "photos", [f"c{i}" for i in range(10)], per_class=2)
     files = sorted(photos.rglob("*.jpg"))

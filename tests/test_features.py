@@ -1,10 +1,10 @@
-"""keras_vit.features: the patch tokens of chosen blocks, against timm's forward_intermediates."""
+"""keras_vit.model.features: the patch tokens of chosen blocks, against timm's forward_intermediates."""
 
 import numpy as np
 import pytest
 
 import keras_vit
-from keras_vit.features import block_indices, features_model, intermediates
+from keras_vit.model.features import block_indices, features_model, intermediates
 
 torch = pytest.importorskip("torch")
 safetensors_torch = pytest.importorskip("safetensors.torch")

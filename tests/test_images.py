@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from keras_vit.images import MAX_SIDE, load_image, resize
-from keras_vit.predict import read_image
+from keras_vit.data.images import MAX_SIDE, load_image, resize
+from keras_vit.inference.predict import read_image
 
 
 def _encode(image, fmt="PNG", **options):

@@ -83,8 +83,8 @@ def test_jax_trains_resumes_after_sigkill_evaluates_and_exports_under_tensorflow
 DATA_PARALLEL = """
 import json, sys
 import jax
-from keras_vit.train import train
-from keras_vit.train_config import TrainConfig
+from keras_vit.training.train import train
+from keras_vit.training.config import TrainConfig
 runs = {}
 for config in json.loads(sys.argv[1]):  # one process: each run places itself (distribute.placement)
     summary = train(TrainConfig(**config)).summary

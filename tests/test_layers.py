@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from keras.ops import convert_to_numpy as to_numpy
 
-from keras_vit.layers import (
+from keras_vit.model.layers import (
     DropPath,
     ImageNormalization,
     MultiHeadSelfAttention,

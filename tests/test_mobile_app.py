@@ -20,8 +20,8 @@ from conftest import NATIVE_LOG_LINE  # noqa: E402
 
 from keras_vit.apps.mobile import browser, server  # noqa: E402
 from keras_vit.apps.mobile.build import build_app, describe_model  # noqa: E402
-from keras_vit.predict import read_image  # noqa: E402
-from keras_vit.runtimes import TFLiteRunner  # noqa: E402
+from keras_vit.inference.predict import read_image  # noqa: E402
+from keras_vit.inference.runtimes import TFLiteRunner  # noqa: E402
 
 VENV_BIN = os.path.dirname(sys.executable)
 
@@ -319,8 +319,8 @@ def test_the_page_resize_equals_tensorflow(tmp_path):
 
 
 def test_describe_model_refuses_what_the_app_cannot_run(tmp_path, export_folder):
-    from keras_vit.classifier import load_classifier
     from keras_vit.export import metadata, tflite
+    from keras_vit.inference.classifier import load_classifier
 
     with pytest.raises(FileNotFoundError, match="Model not found"):
         describe_model(tmp_path / "nowhere.tflite")

@@ -7,7 +7,7 @@ import pytest
 from keras.ops import convert_to_numpy as to_numpy
 
 import keras_vit
-from keras_vit.configs import MODEL_CONFIGS
+from keras_vit.model.configs import MODEL_CONFIGS
 
 TIMM_NAMES = [
     "vit_tiny_patch16_224",

@@ -1,4 +1,4 @@
-"""keras_vit.optimizers.AdamW: layer-wise learning-rate decay (the all-reduced clipping is
+"""keras_vit.training.optimizers.AdamW: layer-wise learning-rate decay (the all-reduced clipping is
 tested under MirroredStrategy in test_train.py)."""
 
 import keras
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import keras_vit
-from keras_vit.optimizers import AdamW, layer_decay_multipliers
+from keras_vit.training.optimizers import AdamW, layer_decay_multipliers
 
 
 def test_layer_decay_gives_the_embedding_each_block_and_the_head_their_power_of_the_decay():

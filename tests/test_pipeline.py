@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_vit import pipeline
+from keras_vit.data import pipeline
 
 
 def _sorted_by_class(classes=4, per_class=300):
@@ -185,8 +185,8 @@ def test_evaluating_a_tflite_reads_a_folders_pixels_as_tf_data_does():
     """`keras-vit evaluate model.tflite` reads folders and `.zip`s with Pillow and NumPy, never
     importing TensorFlow; its images must be the pixels training and the Keras model's
     evaluation see, in the same order."""
-    from keras_vit.data import Split
-    from keras_vit.evaluate import _image_batches
+    from keras_vit.data.datasets import Split
+    from keras_vit.inference.evaluate import _image_batches
 
     names, encoded = zip(*_encoded_in_every_format(), strict=True)
     split = Split(images=encoded, labels=tuple(range(len(encoded))), names=names)
@@ -198,8 +198,8 @@ def test_evaluating_a_tflite_reads_a_folders_pixels_as_tf_data_does():
 
 
 def test_evaluating_a_tflite_on_a_zip_names_the_member_that_does_not_decode():
-    from keras_vit.data import Split
-    from keras_vit.evaluate import _image_batches
+    from keras_vit.data.datasets import Split
+    from keras_vit.inference.evaluate import _image_batches
 
     split = Split(images=(b"not an image",), labels=(0,), names=("cats/zz_fake.jpg",))
     with pytest.raises(ValueError, match=r"^cats/zz_fake.jpg: The image is not an image format"):

@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 from PIL import Image
 
 import keras_vit
+from keras_vit.data.images import load_image
 from keras_vit.export.serving import _decode_batch
-from keras_vit.images import load_image
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

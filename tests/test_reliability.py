@@ -26,10 +26,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from keras_vit import callbacks
-from keras_vit.callbacks import ResumableBackup, optimizer_step
 from keras_vit.files import DiskFullError, atomic_write
-from keras_vit.saving import load_trained_model
+from keras_vit.storage.saving import load_trained_model
+from keras_vit.training import callbacks
+from keras_vit.training.callbacks import ResumableBackup, optimizer_step
 
 VENV_BIN = os.path.dirname(sys.executable)
 FULL_DISK_SCRIPT = full_disk.__file__
@@ -150,8 +150,8 @@ def model_inputs(export_folder, tmp_path_factory):
     """Model files that are not keras-vit models, or not whole ones."""
     import keras
 
-    from keras_vit.classifier import load_classifier
     from keras_vit.export import tflite
+    from keras_vit.inference.classifier import load_classifier
 
     folder = tmp_path_factory.mktemp("models")
     inputs = []
@@ -317,9 +317,10 @@ def _write_report(path, tables, load):
         "and no hang; in the CLI and the apps the other images of the same call are still",
         "classified, and the CLI exits with status 1 (some images failed) or 2 (bad arguments).",
         "",
-        "Surfaces: Python API `keras_vit.predict.predict_files`, `keras_vit.runtimes.open_model`",
-        "and `keras_vit.train.train`; CLI `keras-vit predict` (all images in one call) and `keras-vit",
-        "train`; TF Serving: the SavedModel's `serving_default` signature, one request per image (an",
+        "Surfaces: Python API `keras_vit.inference.predict.predict_files`,",
+        "`keras_vit.inference.runtimes.open_model` and `keras_vit.training.train.train`; CLI",
+        "`keras-vit predict` (all images in one call) and `keras-vit train`; TF Serving: the",
+        "SavedModel's `serving_default` signature, one request per image (an",
         "error is that request's INVALID_ARGUMENT, whose text starts with TensorFlow's function name,",
         "left out here); the desktop app (`LoadedModel`, whose messages the window shows in its",
         "banner); the mobile app: images picked in headless Chromium as a phone (paths and folders",
@@ -383,8 +384,8 @@ def _first_line(message):
 
 
 def test_python_api(export_folder, inputs, report):
-    from keras_vit.predict import predict_files
-    from keras_vit.runtimes import open_model
+    from keras_vit.inference.predict import predict_files
+    from keras_vit.inference.runtimes import open_model
 
     runner = open_model(export_folder["source"])
     results = predict_files(
@@ -428,14 +429,14 @@ def test_cli(export_folder, inputs, report):
 def test_tf_serving_signature(export_folder, inputs, report):
     import tensorflow as tf
 
-    from keras_vit.runtimes import SavedModelRunner
+    from keras_vit.inference.runtimes import SavedModelRunner
 
     runner = SavedModelRunner(
         os.path.normpath(os.path.join(export_folder["folder"], export_folder["saved_model"]))
     )
 
-    from keras_vit.predict import read_image
-    from keras_vit.runtimes import open_model
+    from keras_vit.inference.predict import read_image
+    from keras_vit.inference.runtimes import open_model
 
     keras_runner = open_model(export_folder["source"])
 
@@ -500,7 +501,7 @@ def test_model_files_on_every_surface(model_inputs, report, image_folder, capsys
     from keras_vit.apps.desktop.inference import LoadedModel
     from keras_vit.apps.mobile.build import describe_model
     from keras_vit.cli import main
-    from keras_vit.runtimes import open_model
+    from keras_vit.inference.runtimes import open_model
 
     image = str(sorted(image_folder.glob("*.png"))[0])
 
@@ -532,7 +533,7 @@ def _damaged_checkpoints(folder, source):
     import safetensors.numpy
     import torch
 
-    from keras_vit.weights import state_dict
+    from keras_vit.model.weights import state_dict
 
     state = {k: np.ascontiguousarray(v) for k, v in state_dict(source).items()}
     writers = {
@@ -600,8 +601,8 @@ def test_damaged_files_that_commands_read_get_one_line_and_exit_1(
 
 def test_training_settings_and_datasets(settings_inputs, report, capsys):
     from keras_vit.cli import _parse_override, build_parser, main
-    from keras_vit.train import train
-    from keras_vit.train_config import TrainConfig
+    from keras_vit.training.config import TrainConfig
+    from keras_vit.training.train import train
 
     by_name = {name: arguments for name, arguments, _ in settings_inputs}
     rows = [(name, None, description, False) for name, _, description in settings_inputs]
@@ -815,10 +816,10 @@ def _partial_files(folder):
 # record after an epoch's end: a stop there resumes as a kill after that epoch's last backup
 # does, tested in test_train.py).
 FULL_DISK_MOMENTS = (
-    ("keras_vit.callbacks.ResumableBackup._save_model", 2, 64 << 10),  # during a backup
-    ("keras_vit.callbacks.BestModelCheckpoint.on_epoch_end", 1, 16 << 10),  # the end-of-epoch save
-    ("keras_vit.callbacks.TensorBoardLog.on_epoch_end", 1, 0),  # TensorFlow's event writer
-    ("keras_vit.train._write_results", 1, 0),  # training.png and history.json, every step taken
+    ("keras_vit.training.callbacks.ResumableBackup._save_model", 2, 64 << 10),  # during a backup
+    ("keras_vit.training.callbacks.BestModelCheckpoint.on_epoch_end", 1, 16 << 10),  # the end-of-epoch save
+    ("keras_vit.training.callbacks.TensorBoardLog.on_epoch_end", 1, 0),  # TensorFlow's event writer
+    ("keras_vit.training.train._write_results", 1, 0),  # training.png and history.json, every step taken
 )
 
 
@@ -1017,8 +1018,8 @@ def test_an_export_on_a_full_disk_leaves_no_version_behind_and_works_once_there_
     colour_teacher, small_disk, capsys, report
 ):
     from keras_vit.cli import main
-    from keras_vit.export_folder import BATCHING_FILE, TFLITE_FILE, files_folder
-    from keras_vit.runtimes import open_model
+    from keras_vit.inference.runtimes import open_model
+    from keras_vit.storage.export_folder import BATCHING_FILE, TFLITE_FILE, files_folder
 
     exports = small_disk / "exports"
     command = ["export", str(colour_teacher), "--output", str(exports), "--no-verify", "--quantize", "none"]

@@ -7,8 +7,8 @@ import keras
 import numpy as np
 
 import keras_vit
-from keras_vit.augment import BatchAugmentation
-from keras_vit.optimizers import AdamW
+from keras_vit.training.augment import BatchAugmentation
+from keras_vit.training.optimizers import AdamW
 
 FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures")
 

@@ -89,8 +89,8 @@ def test_short_headers_give_an_error_not_a_crash(encoded):
 @pytest.mark.parametrize("orientation", range(1, 9))
 @pytest.mark.parametrize("graph", [False, True], ids=["eager", "graph"])
 def test_exif_orientation_is_applied_as_pillow_does(orientation, graph):
-    from keras_vit.images import load_image
-    from keras_vit.pipeline import decode_upright
+    from keras_vit.data.images import load_image
+    from keras_vit.data.pipeline import decode_upright
 
     exif = Image.Exif()
     exif[0x0112] = orientation
@@ -106,8 +106,8 @@ def test_exif_orientation_is_applied_as_pillow_does(orientation, graph):
 
 
 def test_transparent_pixels_are_white_as_in_the_apps():
-    from keras_vit.images import load_image
-    from keras_vit.pipeline import decode_upright
+    from keras_vit.data.images import load_image
+    from keras_vit.data.pipeline import decode_upright
 
     rgba = np.asarray(RGBA).copy()
     rgba[..., 3] = np.linspace(0, 255, rgba.shape[1], dtype=np.uint8)

@@ -12,8 +12,8 @@ import keras
 import numpy as np
 import pytest
 
-from keras_vit.train import build_model, compile_training_model, train
-from keras_vit.train_config import TrainConfig
+from keras_vit.training.config import TrainConfig
+from keras_vit.training.train import build_model, compile_training_model, train
 
 TINY_MODEL = dict(hidden_dim=32, depth=2, num_heads=4, mlp_dim=64)
 
@@ -114,8 +114,8 @@ def test_evaluate_scores_the_run_on_its_own_validation_split(finished_run, color
     assert np.sum(saved["confusion"]) == 18 and np.trace(saved["confusion"]) == round(18 * saved["top1"])
     assert (folder / "confusion.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     with pytest.raises(ValueError, match="differ from the dataset's"):
-        from keras_vit.evaluate import evaluate
-        from keras_vit.saving import load_trained_model
+        from keras_vit.inference.evaluate import evaluate
+        from keras_vit.storage.saving import load_trained_model
 
         evaluate(load_trained_model(folder), dataset="cifar10-mini")
 
@@ -157,8 +157,8 @@ def test_a_finished_run_folder_is_not_overwritten(finished_run):
 
 
 def test_an_unfinished_run_resumes_only_with_its_own_classes_and_input(colors_dataset, tmp_path):
-    from keras_vit.run_folder import RunFolder
-    from keras_vit.train import _write_run_description
+    from keras_vit.storage.run_folder import RunFolder
+    from keras_vit.training.train import _write_run_description
 
     # A run on the colours that was killed: what train writes first, before any step.
     (tmp_path / "run").mkdir()

@@ -151,7 +151,7 @@ def test_resized_position_embeddings_match_timms_resampling(tmp_path, record_par
 
 
 def test_a_distilled_deit_gives_timms_logits_and_each_heads(tmp_path, record_parity):
-    from keras_vit.models import distilled_heads
+    from keras_vit.model.vit import distilled_heads
 
     reference = _timm_model("deit_tiny_distilled_patch16_224")
     path = _save_safetensors(reference, tmp_path / "distilled.safetensors")
@@ -242,7 +242,7 @@ def test_a_new_class_count_keeps_the_backbone_and_reinitialises_the_head(
     path = _save_safetensors(reference, tmp_path / "in1k.safetensors")
     model = keras_vit.ViT(**tiny_config)  # 10 classes
     head_before = to_numpy(model.get_layer("head").kernel).copy()
-    with caplog.at_level(logging.WARNING, logger="keras_vit.weights"):
+    with caplog.at_level(logging.WARNING, logger="keras_vit.model.weights"):
         keras_vit.load_weights(model, path)
     assert "head layer re-initialised: the model has 10 outputs, the checkpoint 1000 outputs" in caplog.text
     np.testing.assert_array_equal(to_numpy(model.get_layer("head").kernel), head_before)
@@ -362,7 +362,7 @@ def test_half_precision_safetensors_load_exactly(tmp_path, tiny_config, images, 
 
 def test_state_dict_gives_back_timms_state_dict_exactly(tmp_path):
     """Keras -> timm: every key timm has, with its values, for a distilled DeiT (both heads)."""
-    from keras_vit.weights import state_dict
+    from keras_vit.model.weights import state_dict
 
     reference = _timm_model("deit_tiny_distilled_patch16_224", img_size=64)
     path = _save_safetensors(reference, tmp_path / "distilled.safetensors")
@@ -381,7 +381,7 @@ def test_a_keras_trained_vit_saved_for_timm_loads_in_timm_with_our_logits(tmp_pa
     `state_dict` (it copies raw memory, so transposed views would scramble silently)."""
     import safetensors.numpy
 
-    from keras_vit.weights import save_state_dict, state_dict
+    from keras_vit.model.weights import save_state_dict, state_dict
 
     keras.utils.set_random_seed(0)
     model = keras_vit.create_model("vit_tiny_patch16_224", image_size=64, num_classes=5)
@@ -420,7 +420,7 @@ def test_another_runs_model_starts_a_fine_tune_at_a_new_size_with_its_head_only_
     for classes, head_loaded in ((["cat", "dog", "frog"], True), (["ant", "bee", "fly"], False)):
         model = keras_vit.ViT(**tiny, image_size=48, class_names=classes)
         head_before = to_numpy(model.get_layer("head").kernel).copy()
-        with caplog.at_level(logging.INFO, logger="keras_vit.weights"):
+        with caplog.at_level(logging.INFO, logger="keras_vit"):
             keras_vit.load_weights(model, tmp_path)  # the run folder: its model.keras
         for layer in ("block_1", "norm"):
             for got, want in zip(

@@ -1,7 +1,7 @@
 """Models and predictions for the desktop app, with no Qt: load any exported model, classify.
 
 Everything the app shows about a model (class names, image size, normalisation)
-comes from the model file through `keras_vit.runtimes`; nothing is typed
+comes from the model file through `keras_vit.inference.runtimes`; nothing is typed
 here again.
 """
 
@@ -10,8 +10,8 @@ import dataclasses
 import os
 import time
 
-from keras_vit.export_folder import ATTENTION_FILE
-from keras_vit.runtimes import TOP_K, open_model, ranked
+from keras_vit.inference.runtimes import TOP_K, open_model, ranked
+from keras_vit.storage.export_folder import ATTENTION_FILE
 
 
 @dataclasses.dataclass
@@ -107,7 +107,7 @@ class LoadedModel:
 
     def preprocess(self, image):
         """Upright RGB uint8 pixels -> the model's float32 input, resized as in training."""
-        from keras_vit.images import resize
+        from keras_vit.data.images import resize
 
         return resize(image, self.image_size)
 
@@ -136,7 +136,7 @@ class LoadedModel:
         Raises:
             FileNotFoundError, ValueError: the file is missing or not a readable image.
         """
-        from keras_vit.images import load_image
+        from keras_vit.data.images import load_image
 
         return self.classify(load_image(path), with_attention=with_attention)
 

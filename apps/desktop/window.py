@@ -31,8 +31,8 @@ from PySide6.QtWidgets import (
 )
 
 from keras_vit.apps.desktop import inference, overlay
-from keras_vit.images import IMAGE_EXTENSIONS, image_files
-from keras_vit.runtimes import TOP_K
+from keras_vit.data.images import IMAGE_EXTENSIONS, image_files
+from keras_vit.inference.runtimes import TOP_K
 
 IMAGE_VIEW_SIZE = 440
 MODEL_FILTER = "Models (*.tflite *.keras saved_model.pb);;All files (*)"
@@ -296,7 +296,7 @@ class MainWindow(QMainWindow):
         self.tabs.setCurrentIndex(0)
 
         def work(report):
-            from keras_vit.images import load_image
+            from keras_vit.data.images import load_image
 
             image = load_image(path)
             return image, self._classify(image)

@@ -25,9 +25,9 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from keras_vit.export_folder import TFLITE_FILE as MODEL_FILE
 from keras_vit.files import DiskFullError, folder_size
-from keras_vit.runtimes import TOP_K, TFLiteRunner
+from keras_vit.inference.runtimes import TOP_K, TFLiteRunner
+from keras_vit.storage.export_folder import TFLITE_FILE as MODEL_FILE
 
 HERE = Path(__file__).resolve().parent
 WEB = HERE / "web"

@@ -6,7 +6,7 @@
 import {isWebGPUSupported, loadAndCompile, loadLiteRt, Tensor} from '@litertjs/core';
 import {resizeRgba, sameAnswers, testPattern, toModelInput, toProbabilities, topK} from './preprocess.js';
 
-const MAX_SIDE = 2048; // photos are read at most this large, as keras_vit.images.load_image does
+const MAX_SIDE = 2048; // photos are read at most this large, as keras_vit.data.images.load_image does
 const LIVE_MAX_SIDE = 640; // camera frames: small enough to classify many per second
 const WASM_FOLDER = './vendor/@litertjs/core/wasm/';
 const ACCELERATOR_NAMES = {wasm: 'CPU (WebAssembly)', webgpu: 'GPU (WebGPU)'};

@@ -1,6 +1,6 @@
 // Pixels -> the model's input, as keras-vit computes it in Python: the whole image resized
 // to the model's size with TensorFlow's antialiased bilinear filter
-// (`tf.image.resize(..., "bilinear", antialias=True)`, keras_vit.pipeline.resize), then the
+// (`tf.image.resize(..., "bilinear", antialias=True)`, keras_vit.data.pipeline.resize), then the
 // normalisation from the model's metadata. Matching Python here keeps the phone's answers
 // equal to LiteRT's in Python for the same picture. No browser APIs: node can test it.
 

@@ -11,7 +11,7 @@ cannot run under `jax.jit` (its slice bounds are traced values).
 Every random draw is seeded from `(seed, step, draw)`, where `step` is a
 counter the layer keeps as a weight: a run restored from a backup draws
 exactly what the uninterrupted run drew, and a seed makes a run repeatable.
-The layer lives in the training model only (`keras_vit.training_model`),
+The layer lives in the training model only (`keras_vit.training.training_model`),
 never in the saved classifier or an export.
 """
 

@@ -4,8 +4,8 @@ import os
 
 import numpy as np
 
-from keras_vit.images import load_image, resize
-from keras_vit.runtimes import TOP_K, ranked
+from keras_vit.data.images import load_image, resize
+from keras_vit.inference.runtimes import TOP_K, ranked
 
 
 def read_image(path, image_size):
@@ -22,7 +22,7 @@ def predict_files(runner, paths, top_k=TOP_K):
     """Classifies image files; a bad file is reported and the others still classified.
 
     Args:
-        runner: a `keras_vit.runtimes.Runner` (`open_model(path)`) for a
+        runner: a `keras_vit.inference.runtimes.Runner` (`open_model(path)`) for a
             `.keras` file, run folder, SavedModel, `.tflite` or `.onnx`.
 
     Returns:

@@ -2,16 +2,16 @@
 
 import keras
 
-from keras_vit import configs
-from keras_vit.checks import check_positive_int, check_rate
-from keras_vit.layers import (
+from keras_vit.model import configs
+from keras_vit.model.checks import check_positive_int, check_rate
+from keras_vit.model.layers import (
     ImageNormalization,
     PatchEncoder,
     TokenPooling,
     TransformerBlock,
     weight_initializer,
 )
-from keras_vit.pos_embed import resample_position_embeddings
+from keras_vit.model.pos_embed import resample_position_embeddings
 
 
 def _distilled_heads(cls_features, distillation_features, num_classes, activation):

@@ -8,7 +8,7 @@ metrics read both from its output, so MixUp and CutMix can change the labels
 inside the compiled step. Only `classifier` is saved as the run's model and
 exported: the augmentation never leaves training.
 
-With a `teacher` (`keras_vit.teacher.Teacher`) it trains a distilled student as
+With a `teacher` (`keras_vit.training.teacher.Teacher`) it trains a distilled student as
 DeiT does with hard labels: the [cls] head learns the labels, the distillation
 head learns the teacher's top class on the same augmented images, and the loss
 is `(1 - w) * CE(head, labels) + w * CE(head_dist, teacher)`. Validation scores
@@ -24,7 +24,7 @@ the classifier's forward and backward pass alone are compiled with XLA.
 import keras
 from keras import ops
 
-from keras_vit.models import distilled_heads
+from keras_vit.model.vit import distilled_heads
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -34,11 +34,11 @@ class TrainingModel(keras.Model):
     Args:
         classifier: a built Keras classifier (e.g. `keras_vit.ViT`) returning
             logits for float images in [0, 255].
-        augmentation: a `keras_vit.augment.BatchAugmentation` or None.
+        augmentation: a `keras_vit.training.augment.BatchAugmentation` or None.
         xla_classifier: bool, default False. On TensorFlow, compile the
             classifier's forward and backward pass with XLA (compile this
             model with `jit_compile=False`); ignored on other backends.
-        teacher: a `keras_vit.teacher.Teacher` or None. Needs a classifier with a
+        teacher: a `keras_vit.training.teacher.Teacher` or None. Needs a classifier with a
             distillation token (`ViT(distillation_token=True)`, the `deit_*_distilled_*`
             configs). Not part of the config: give it again when rebuilding.
         distillation_weight: float in [0, 1], default 0.5 (DeiT's hard distillation).

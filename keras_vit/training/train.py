@@ -4,9 +4,9 @@
 fine-tunes a ViT, trains it with a recipe worth using (AdamW without decay
 on norms, biases and embeddings; warmup then cosine decay; gradient
 clipping; label smoothing; stochastic depth; augmentation on whole batches
-inside the compiled step), on one device or several (`keras_vit.distribute`),
+inside the compiled step), on one device or several (`keras_vit.training.distribute`),
 survives being killed (`callbacks.ResumableBackup`: an exact mid-epoch resume), and leaves a run
-folder (`keras_vit.run_folder` lists its files).
+folder (`keras_vit.storage.run_folder` lists its files).
 
 `train` reads as its steps: resolve the config, place it (`distribute`), read
 the data, build and compile the model, write the run's description, make the
@@ -22,9 +22,24 @@ import zipfile
 
 import keras
 
-from keras_vit import distribute, keras_patches, optimizers, pipeline, plots
-from keras_vit.augment import BatchAugmentation
-from keras_vit.callbacks import (
+from keras_vit.data import pipeline
+from keras_vit.files import write_json
+from keras_vit.model.vit import create_model
+from keras_vit.storage import plots
+from keras_vit.storage.run_folder import (
+    BACKUP_FOLDER,
+    CLASS_NAMES_FILE,
+    CURVES_FILE,
+    HISTORY_FILE,
+    LOG_FILE,
+    PREPROCESSING_FILE,
+    TENSORBOARD_FOLDER,
+    RunFolder,
+)
+from keras_vit.storage.saving import save_model
+from keras_vit.training import distribute, keras_patches, optimizers
+from keras_vit.training.augment import BatchAugmentation
+from keras_vit.training.callbacks import (
     BestModelCheckpoint,
     EpochEndWritten,
     EpochLog,
@@ -35,23 +50,10 @@ from keras_vit.callbacks import (
     saved_model_of,
     steps_per_execution,
 )
-from keras_vit.files import write_json
-from keras_vit.models import create_model
-from keras_vit.recipes import NO_DECAY
-from keras_vit.run_folder import (
-    BACKUP_FOLDER,
-    CLASS_NAMES_FILE,
-    CURVES_FILE,
-    HISTORY_FILE,
-    LOG_FILE,
-    PREPROCESSING_FILE,
-    TENSORBOARD_FOLDER,
-    RunFolder,
-)
-from keras_vit.saving import save_model
-from keras_vit.teacher import open_teacher
-from keras_vit.training_model import TrainingModel
-from keras_vit.weights import load_weights
+from keras_vit.training.initial_weights import load_weights
+from keras_vit.training.recipes import NO_DECAY
+from keras_vit.training.teacher import open_teacher
+from keras_vit.training.training_model import TrainingModel
 
 logger = logging.getLogger(__name__)
 

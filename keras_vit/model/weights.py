@@ -14,8 +14,8 @@ import re
 import keras
 import numpy as np
 
-from keras_vit.layers import PatchEncoder
-from keras_vit.pos_embed import resample_position_embeddings
+from keras_vit.model.layers import PatchEncoder
+from keras_vit.model.pos_embed import resample_position_embeddings
 
 logger = logging.getLogger(__name__)
 
@@ -28,16 +28,15 @@ class CheckpointMismatchError(ValueError):
 
 
 def load_weights(model, path):
-    """Loads pretrained weights into a `keras_vit.ViT`.
+    """Loads a pretrained checkpoint into a `keras_vit.ViT`.
 
     Reads timm state dicts and Hugging Face transformers ViT checkpoints
-    (`.safetensors`, `.pth`, `.pt`, `.bin`; float32, float16 or bfloat16),
-    the original Google ViT and AugReg `.npz` checkpoints, and keras-vit's own
-    trained models (a `.keras` file or run folder: fine-tune one run's model on
-    another dataset). Position embeddings are resampled when the model's patch
-    grid differs from the checkpoint's; the classifier is loaded when the class
-    counts match (for a keras-vit model, when the class names match too) and
-    left freshly initialised otherwise.
+    (`.safetensors`, `.pth`, `.pt`, `.bin`; float32, float16 or bfloat16) and
+    the original Google ViT and AugReg `.npz` checkpoints
+    (`keras_vit.load_weights` reads keras-vit's own runs too). Position
+    embeddings are resampled when the model's patch grid differs from the
+    checkpoint's; the classifier is loaded when the class counts match and left
+    freshly initialised otherwise.
 
     Args:
         model: a `keras_vit.ViT`, e.g. from `keras_vit.create_model`.
@@ -52,37 +51,16 @@ def load_weights(model, path):
         CheckpointMismatchError: the checkpoint does not fit the model; the
             message names the key and both shapes.
     """
-    encoder = _patch_encoder(model)
-    if _is_keras_model_file(path):
-        state = _read_keras_model(path, class_names=getattr(model, "class_names", None))
-    else:
-        state = read_checkpoint(path)
-    _assign(model, encoder, state, source=os.fspath(path))
+    encoder = _patch_encoder(model)  # a ViT, checked before the file is read
+    _assign(model, encoder, read_checkpoint(path), source=os.fspath(path))
     return model
 
 
-def _is_keras_model_file(path):
-    from keras_vit.run_folder import MODEL_FILE
-
-    path = os.fspath(path)
-    return path.endswith(".keras") or os.path.exists(os.path.join(path, MODEL_FILE))
-
-
-def _read_keras_model(path, class_names):
-    """A keras-vit `.keras` file or run folder as a state dict; without its head(s) when it was
-    trained on other classes than `class_names` (a head of the same size would mean nothing)."""
-    from keras_vit.saving import load_trained_model
-
-    source = load_trained_model(path)
-    try:
-        state = state_dict(source)
-    except TypeError:
-        raise ValueError(f"{path} is a Keras model but not a keras_vit.ViT: no weights to use.") from None
-    source_classes = getattr(source, "class_names", None)
-    if class_names and source_classes and list(source_classes) != list(class_names):
-        logger.info("%s was trained on other classes: its head is not loaded.", path)
-        state = {k: v for k, v in state.items() if not k.startswith(("head.", "head_dist."))}
-    return state
+def load_state(model, state, source):
+    """Assigns a timm-style state dict (`read_checkpoint`, `state_dict`) to a `keras_vit.ViT`, as
+    `load_weights` does; `source` names it in messages. Returns the model."""
+    _assign(model, _patch_encoder(model), state, source=source)
+    return model
 
 
 def read_checkpoint(path):

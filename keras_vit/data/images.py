@@ -69,7 +69,7 @@ def load_image(source, max_side=MAX_SIDE):
 
 def resize(pixels, image_size):
     """Resizes `(height, width, channels)` pixels to `image_size` as float32 in [0, 255], as
-    `keras_vit.pipeline.resize` does in TensorFlow (antialiased bilinear) for training and the
+    `keras_vit.data.pipeline.resize` does in TensorFlow (antialiased bilinear) for training and the
     served model, equal to float32 rounding: `keras-vit predict` and the apps need no
     TensorFlow to run a `.tflite` or `.onnx`. Skipped when the image already fits."""
     pixels = np.asarray(pixels, dtype=np.float32)

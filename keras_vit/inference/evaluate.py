@@ -1,9 +1,9 @@
 """Evaluation of a trained or exported model: top-1, top-5, per-class accuracy and a confusion matrix.
 
-Any model file runs through `keras_vit.runtimes`, so a quantized `.tflite` is scored on
+Any model file runs through `keras_vit.inference.runtimes`, so a quantized `.tflite` is scored on
 the same images, decoded and resized the same way, as the Keras model it came from. A
 `.tflite` or `.onnx` is scored without TensorFlow: a folder or `.zip` is then read with
-Pillow and NumPy (`keras_vit.images`), which give the pixels the tf.data pipeline gives.
+Pillow and NumPy (`keras_vit.data.images`), which give the pixels the tf.data pipeline gives.
 """
 
 import concurrent.futures
@@ -11,17 +11,17 @@ import os
 
 import numpy as np
 
-from keras_vit import data, images, plots
+from keras_vit.data import datasets, images
 from keras_vit.files import write_json
-from keras_vit.recipes import DATASET
-from keras_vit.run_folder import DatasetSpec
-from keras_vit.runtimes import KerasRunner, Runner
+from keras_vit.inference.runtimes import KerasRunner, Runner
+from keras_vit.storage import plots
+from keras_vit.storage.run_folder import DatasetSpec
 
 
-def evaluate(model, dataset=DATASET, split=None, batch_size=100):
+def evaluate(model, dataset=datasets.DATASET, split=None, batch_size=100):
     """Scores `model` on a dataset split (its test split when it has one, else validation).
 
-    `model`: a `keras_vit.runtimes.Runner` (`open_model(path)`: `.keras`, run folder,
+    `model`: a `keras_vit.inference.runtimes.Runner` (`open_model(path)`: `.keras`, run folder,
     SavedModel, `.tflite`, `.onnx`) or a Keras classifier.
     `dataset`: a name (folder, `.zip`, tfds or embedded dataset), or the model's
     `DatasetSpec` (`recorded_dataset(path)`), whose validation split and seed carve the
@@ -70,8 +70,8 @@ def _image_batches(split, image_size, batch_size, tensorflow):
     by `images.load_image` and resized by `images.resize`: `keras-vit evaluate` then starts
     as fast as `predict`. tfds splits always go through tf.data.
     """
-    if tensorflow or not isinstance(split, data.Split):
-        from keras_vit import pipeline
+    if tensorflow or not isinstance(split, datasets.Split):
+        from keras_vit.data import pipeline
 
         batches = pipeline.evaluation_batches(
             split.to_dataset(), image_size=image_size, batch_size=batch_size, cache=False

@@ -15,7 +15,7 @@ were verified on; `ExportFolder` reads it for `keras-vit verify` and the apps.
 import os
 
 from keras_vit.files import read_json
-from keras_vit.run_folder import DatasetSpec, RunFolder
+from keras_vit.storage.run_folder import DatasetSpec, RunFolder
 
 MANIFEST_FILE = "export.json"
 LABELS_FILE = "labels.txt"  # one class name per line: here, in SavedModel assets and in TFLite metadata

@@ -8,8 +8,9 @@ the user left unset from the preset (`recipes.PRESETS`), else from
 import dataclasses
 import os
 
-from keras_vit import configs
-from keras_vit.recipes import DATASET, DEFAULTS, PRECISIONS, PRESETS, SEED, STRATEGIES
+from keras_vit.data.datasets import DATASET, SEED
+from keras_vit.model import configs
+from keras_vit.training.recipes import DEFAULTS, PRECISIONS, PRESETS, STRATEGIES
 
 
 @dataclasses.dataclass
@@ -94,6 +95,10 @@ class TrainConfig:
             raise ValueError(f"layer_decay is a factor in (0, 1] (1 is off), got {self.layer_decay}.")
         if not 0 <= self.distillation_weight <= 1:
             raise ValueError(f"distillation_weight is in [0, 1], got {self.distillation_weight}.")
+        if self.weights:
+            from keras_vit.training.initial_weights import check_source
+
+            check_source(self.weights)
         if self.teacher and not os.path.exists(self.teacher):
             raise FileNotFoundError(f"Teacher not found: {self.teacher} (--teacher takes a model file).")
         if self.teacher and not {**configs.get_model_config(self.model), **self.overrides}.get(

@@ -12,7 +12,7 @@ import re
 
 import keras
 
-from keras_vit.saving import load_trained_model
+from keras_vit.storage.saving import load_trained_model
 
 
 @dataclasses.dataclass

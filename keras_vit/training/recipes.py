@@ -4,17 +4,16 @@ Plain data, apart from the training code that applies it. A run's setting
 comes from the user's flag, else from its preset, else from `DEFAULTS`.
 """
 
+# The validation split when the user names none: the data's own default.
+from keras_vit.data.datasets import VALIDATION_SPLIT
+
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
-# Where a run trains (keras_vit/distribute.py makes each one).
+# Where a run trains (keras_vit/training/distribute.py makes each one).
 STRATEGIES = ("auto", "mirrored", "multi-worker", "one-device")
 # Variables that get no weight decay (matched against variable paths).
 # As timm's no_weight_decay and its 1-d rule: norms, biases, prefix tokens, position
 # embeddings and LayerScale.
 NO_DECAY = ["gamma", "beta", "bias", "cls_token", "dist_token", "position_embedding", "ls1", "ls2"]
-
-# A run's data and seed when the user names none.
-DATASET = "cifar10-mini"
-SEED = 0
 
 # Where neither the user nor the preset chooses.
 DEFAULTS = dict(
@@ -22,7 +21,7 @@ DEFAULTS = dict(
     epochs=15,
     batch_size=128,
     label_smoothing=0.1,
-    validation_split=0.1,
+    validation_split=VALIDATION_SPLIT,
     crop_min_scale=0.08,
     randaugment=0,
     mixup=0.0,

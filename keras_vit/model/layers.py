@@ -8,7 +8,7 @@ special cases) and returns every argument from `get_config`.
 import keras
 from keras import ops
 
-from keras_vit.checks import check_positive_int, check_rate
+from keras_vit.model.checks import check_positive_int, check_rate
 
 # timm's and the paper's initialisation: truncated normal, std 0.02.
 _WEIGHT_INIT = {"class_name": "TruncatedNormal", "config": {"stddev": 0.02}}

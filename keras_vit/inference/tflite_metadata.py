@@ -1,6 +1,6 @@
 """Reading the metadata `keras-vit export` packs into a `.tflite` (export/metadata.py writes it).
 
-What the apps and `keras_vit.runtimes` need from a model file: its name,
+What the apps and `keras_vit.inference.runtimes` need from a model file: its name,
 description, normalisation and class names, with no TensorFlow.
 """
 
@@ -11,7 +11,7 @@ import os
 import struct
 import zipfile
 
-from keras_vit.export_folder import LABELS_FILE
+from keras_vit.storage.export_folder import LABELS_FILE
 
 METADATA_NAME = "TFLITE_METADATA"  # the model buffer that holds the ModelMetadata flatbuffer
 

@@ -3,7 +3,7 @@
 Training batches are `{"images": uint8, "labels": int32}`: the pipeline only
 reads, decodes, resizes and batches, and keeps decoded images in memory when
 they fit (`DECODED_CACHE_BYTES`). Every augmentation runs on the batch inside
-the compiled training step (`keras_vit.augment`), on the accelerator.
+the compiled training step (`keras_vit.training.augment`), on the accelerator.
 Evaluation batches are `(float32 images in [0, 255], one-hot labels)` at the
 model's size; the model normalises them itself (`ViT(image_mean=...,
 image_std=...)`), so training, export and the apps share one definition.
@@ -14,8 +14,8 @@ import functools
 
 import tensorflow as tf
 
-from keras_vit import data, images
-from keras_vit.recipes import DEFAULTS, SEED
+from keras_vit.data import datasets, images
+from keras_vit.data.datasets import SEED, VALIDATION_SPLIT
 
 AUTOTUNE = tf.data.AUTOTUNE
 # Decoded training images are cached in memory up to this size (CIFAR-10's 50,000
@@ -36,7 +36,7 @@ def decode_image(encoded, channels=3):
     decode of training, evaluation, verification and the served SavedModel, so a model learns
     from the pixels it will be given.
 
-    RGB (`channels=3`) decodes as `keras_vit.images.load_image` reads files (`decode_upright`);
+    RGB (`channels=3`) decodes as `keras_vit.data.images.load_image` reads files (`decode_upright`);
     TIFF goes through `images.load_image` itself, as in `keras-vit predict`.
     """
     if channels != 3:
@@ -96,7 +96,7 @@ def _orient(image, orientation):
 
 
 def decode_upright(encoded):
-    """Decodes a JPEG, PNG, GIF, BMP or WebP to uint8 RGB as `keras_vit.images.load_image` reads
+    """Decodes a JPEG, PNG, GIF, BMP or WebP to uint8 RGB as `keras_vit.data.images.load_image` reads
     files: EXIF orientation applied, transparent pixels composited on white, the first frame of
     an animation, JPEGs with the accurate DCT (as Pillow). Tensor ops only, so a SavedModel
     carries it (`decode_image` adds TIFF, through Pillow)."""
@@ -142,7 +142,7 @@ def _decode_with_pillow(encoded):
 
 def resize(image, image_size):
     """Resizes to `image_size` (height, width) as float32 in [0, 255]; skipped when it already fits.
-    `keras_vit.images.resize` is the same resize in NumPy, for runs without TensorFlow."""
+    `keras_vit.data.images.resize` is the same resize in NumPy, for runs without TensorFlow."""
     image = tf.cast(image, tf.float32)
     if image.shape[0] == image_size[0] and image.shape[1] == image_size[1]:
         return image
@@ -185,7 +185,7 @@ def training_batches(
 
     Args:
         pairs: a `tf.data.Dataset` of `(encoded bytes, integer label)`, or of
-            `(uint8 image, label)` (tfds), as `keras_vit.data` and tfds give.
+            `(uint8 image, label)` (tfds), as `keras_vit.data.datasets` and tfds give.
         image_size: (height, width) of the model's input.
         batch_size: global batch size (a `tf.distribute` strategy splits it); each
             pass drops its last partial batch.
@@ -311,7 +311,7 @@ class TrainingData:
     def keras_datasets(self):
         """`(train_ds, val_ds)` for a plain Keras `model.fit`: batches of `(float32 images in
         [0, 255], int32 labels)` at the model's size, unaugmented (`keras-vit train` augments
-        them in its training step: `keras_vit.augment`). `train_ds` is endless, each pass over
+        them in its training step: `keras_vit.training.augment`). `train_ds` is endless, each pass over
         the data in a new order:
 
             model.fit(train_ds, validation_data=val_ds, steps_per_epoch=data.steps_per_epoch, epochs=10)
@@ -325,10 +325,10 @@ class TrainingData:
 
 
 def read_training_data(
-    dataset, *, image_size, batch_size, validation_split=DEFAULTS["validation_split"], seed=SEED, repeats=1
+    dataset, *, image_size, batch_size, validation_split=VALIDATION_SPLIT, seed=SEED, repeats=1
 ):
     """Reads a dataset as `keras-vit train` does: a folder of class folders, a `.zip` of one,
-    a tensorflow-datasets name (`"cifar10"`) or an embedded one (`keras_vit.data.load_dataset`), its
+    a tensorflow-datasets name (`"cifar10"`) or an embedded one (`keras_vit.data.datasets.load_dataset`), its
     validation split carved with `seed` unless it has its own, every image checked to decode
     first, decoded as the exported models decode (EXIF orientation, the accurate DCT) and
     resized to `image_size` as they resize.
@@ -341,9 +341,9 @@ def read_training_data(
         FileNotFoundError: nothing at `dataset`.
         ValueError: files that do not decode (named), or fewer training images than one batch.
     """
-    found = data.load_dataset(dataset, validation_split=validation_split, seed=seed)
+    found = datasets.load_dataset(dataset, validation_split=validation_split, seed=seed)
     train_split, val_split = found["train"], found["validation"]
-    data.check_images([train_split, val_split])
+    datasets.check_images([train_split, val_split])
     if len(train_split) < batch_size:
         raise ValueError(
             f"{found.source} has {len(train_split)} training images, fewer than one batch of "

@@ -14,8 +14,8 @@ import re
 import numpy as np
 
 from keras_vit import framework_logs
-from keras_vit.export_folder import LABELS_FILE, TFLITE_FILE
-from keras_vit.run_folder import MODEL_FILE
+from keras_vit.storage.export_folder import LABELS_FILE, TFLITE_FILE
+from keras_vit.storage.run_folder import MODEL_FILE
 
 # How many classes an answer lists: `keras-vit predict`, the apps, the SavedModel's outputs.
 TOP_K = 5
@@ -42,7 +42,7 @@ class Runner:
     """Runs one exported model. Subclasses set `kind`, `image_size`, `class_names`, and
     `has_attention` where `predict_attention` gives attention-rollout maps too.
     `uses_tensorflow`: running it loads TensorFlow and Keras; a `.tflite` or `.onnx` needs
-    neither, so its images are read with Pillow and NumPy (`keras_vit.images`)."""
+    neither, so its images are read with Pillow and NumPy (`keras_vit.data.images`)."""
 
     kind = ""
     uses_tensorflow = False
@@ -63,7 +63,7 @@ class Runner:
             raise ValueError(
                 f"This model takes images of shape (n, {height}, {width}, {self.channels}), "
                 f"got {images.shape}; "
-                f"resize them to {height}x{width} first (keras_vit.predict.read_image does)."
+                f"resize them to {height}x{width} first (keras_vit.inference.predict.read_image does)."
             )
         return images
 
@@ -73,7 +73,7 @@ class KerasRunner(Runner):
     uses_tensorflow = True
 
     def __init__(self, source):
-        from keras_vit.classifier import load_classifier
+        from keras_vit.inference.classifier import load_classifier
 
         self.classifier = load_classifier(source)
         self.image_size = self.classifier.image_size
@@ -103,8 +103,8 @@ class KerasRunner(Runner):
         )
 
     def predict_attention(self, images):
-        """`(probabilities, attention-rollout maps (n, rows, cols))`, from `keras_vit.attention`."""
-        from keras_vit.attention import AttentionRollout
+        """`(probabilities, attention-rollout maps (n, rows, cols))`, from `keras_vit.model.attention`."""
+        from keras_vit.model.attention import AttentionRollout
 
         if self._rollout is None:
             self._rollout = self._graph(AttentionRollout(self.classifier.model))
@@ -182,7 +182,7 @@ class TFLiteRunner(Runner):
     def __init__(self, path, num_threads=None):
         from ai_edge_litert.interpreter import Interpreter
 
-        from keras_vit.tflite_metadata import read_metadata
+        from keras_vit.inference.tflite_metadata import read_metadata
 
         with open(path, "rb") as f:
             flatbuffer = f.read()

@@ -18,9 +18,8 @@ through `RunFolder`, and every reader of "which images were held out" through
 import dataclasses
 import os
 
-from keras_vit import data
+from keras_vit.data import datasets
 from keras_vit.files import read_json
-from keras_vit.recipes import DEFAULTS, SEED
 
 MODEL_FILE = "model.keras"
 HISTORY_FILE = "history.json"
@@ -41,8 +40,8 @@ class DatasetSpec:
     """
 
     name: str | None = None  # None: unknown (a `.keras` file outside a run folder)
-    validation_split: float = DEFAULTS["validation_split"]
-    seed: int = SEED
+    validation_split: float = datasets.VALIDATION_SPLIT
+    seed: int = datasets.SEED
 
     @classmethod
     def from_record(cls, record):
@@ -64,7 +63,7 @@ class DatasetSpec:
             raise ValueError(
                 "The dataset is unknown: pass --dataset (a folder, .zip, tfds name or cifar10-mini)."
             )
-        return data.load_dataset(self.name, validation_split=self.validation_split, seed=self.seed)
+        return datasets.load_dataset(self.name, validation_split=self.validation_split, seed=self.seed)
 
     def held_out(self, split=None):
         """`(dataset, split name)`: `split`, else the test split when there is one, else validation."""

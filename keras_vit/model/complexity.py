@@ -9,7 +9,7 @@ costs about 3x the forward pass (forward, plus two products per weight
 product backward).
 """
 
-from keras_vit import configs
+from keras_vit.model import configs
 
 _DEFAULTS = dict(
     num_classes=1000,

@@ -1,6 +1,6 @@
 """Features for dense tasks: the patch tokens of chosen blocks, as timm's `forward_intermediates`.
 
-    grids = keras_vit.features.intermediates(model, images, indices=[3, 7, 11], norm=True)
+    grids = keras_vit.model.features.intermediates(model, images, indices=[3, 7, 11], norm=True)
     # [(batch, rows, columns, width), ...]: one grid of patch features per block asked for
 
 Segmentation and detection heads (ViTDet, DPT, UPerNet) read a ViT's tokens at several
@@ -14,7 +14,7 @@ SavedModel (`model.export(path)`: its `serve` signature returns one tensor per b
 import keras
 from keras import ops
 
-from keras_vit.layers import PatchEncoder, TransformerBlock
+from keras_vit.model.layers import PatchEncoder, TransformerBlock
 
 OUTPUTS = ("grid", "tokens")
 

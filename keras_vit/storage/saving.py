@@ -13,11 +13,13 @@ import zipfile
 import keras
 from keras.src.saving import saving_lib
 
-# Importing these registers every class a keras-vit `.keras` file names (the ViT and its
-# layers, the training wrapper, the optimizer), whoever started the process.
-from keras_vit import models, optimizers, training_model  # noqa: F401
 from keras_vit.files import write_bytes
-from keras_vit.run_folder import MODEL_FILE
+
+# Registers the ViT and its layers with Keras, whoever started the process: a run's `model.keras`
+# names only them. A file that holds the training wrapper or keras-vit's optimizer needs
+# `keras_vit.training` too, which `import keras_vit` and the `keras-vit` command import.
+from keras_vit.model import vit  # noqa: F401
+from keras_vit.storage.run_folder import MODEL_FILE
 
 
 def save_model(model, path):

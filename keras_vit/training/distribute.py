@@ -15,8 +15,8 @@ import os
 import keras
 import tensorflow as tf
 
-from keras_vit.callbacks import MAX_STEPS_PER_CALL
-from keras_vit.recipes import STRATEGIES
+from keras_vit.training.callbacks import MAX_STEPS_PER_CALL
+from keras_vit.training.recipes import STRATEGIES
 
 
 @dataclasses.dataclass

@@ -17,11 +17,16 @@ import os
 import random
 import zipfile
 
-from keras_vit.images import IMAGE_EXTENSIONS
+from keras_vit.data.images import IMAGE_EXTENSIONS
 
 logger = logging.getLogger(__name__)
 
 EMBEDDED_DATASETS = {"cifar10-mini": "cifar10_mini.zip"}
+# The dataset, validation split and seed of a run that names none (keras_vit.training.recipes
+# builds its defaults from them).
+DATASET = "cifar10-mini"
+VALIDATION_SPLIT = 0.1
+SEED = 0
 _SPLIT_FOLDERS = {"train": "train", "val": "validation", "validation": "validation", "test": "test"}
 
 
@@ -55,7 +60,7 @@ def check_images(splits):
     """Raises a one-line ValueError naming the files of `splits` (folder and `.zip` splits) that
     do not decode: refused before training starts rather than met mid-epoch, where the error
     could not name the file and a run resumed without it would see other batches."""
-    from keras_vit import pipeline
+    from keras_vit.data import pipeline
 
     splits = [split for split in splits if isinstance(split, Split) and len(split)]
     if not splits:
@@ -109,7 +114,7 @@ class TfdsSplit:
         return tuple(int(y) for y in self.to_dataset().map(lambda x, y: y).as_numpy_iterator())
 
 
-def load_dataset(name, validation_split=0.1, seed=0, data_dir=None):
+def load_dataset(name, validation_split=VALIDATION_SPLIT, seed=SEED, data_dir=None):
     """A dataset by name: an embedded one, a folder or `.zip`, or a tensorflow-datasets name.
 
     tfds datasets download and prepare on first use (into `data_dir`, by
@@ -123,7 +128,7 @@ def load_dataset(name, validation_split=0.1, seed=0, data_dir=None):
     return read_tfds(name, validation_split=validation_split, data_dir=data_dir)
 
 
-def read_tfds(name, validation_split=0.1, data_dir=None):
+def read_tfds(name, validation_split=VALIDATION_SPLIT, data_dir=None):
     """Reads an image-classification dataset from tensorflow-datasets."""
     import tensorflow_datasets as tfds
 
@@ -156,10 +161,10 @@ def embedded_dataset_path(name):
     """The path of an embedded dataset's archive, e.g. `embedded_dataset_path("cifar10-mini")`."""
     if name not in EMBEDDED_DATASETS:
         raise ValueError(f"Unknown embedded dataset {name!r}; embedded: {sorted(EMBEDDED_DATASETS)}.")
-    return os.path.join(os.path.dirname(__file__), "datasets", EMBEDDED_DATASETS[name])
+    return os.path.join(os.path.dirname(__file__), "embedded", EMBEDDED_DATASETS[name])
 
 
-def read_image_folder(path, validation_split=0.1, seed=0):
+def read_image_folder(path, validation_split=VALIDATION_SPLIT, seed=SEED):
     """Reads a folder or `.zip` of `class_name/image` files, or an embedded dataset name.
 
     Args:

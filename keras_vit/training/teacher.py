@@ -18,7 +18,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_vit.runtimes import KerasRunner, open_model
+from keras_vit.inference.runtimes import KerasRunner, open_model
 
 
 class Teacher:

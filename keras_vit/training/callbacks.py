@@ -24,7 +24,7 @@ from keras_vit.files import (
     write_json,
     write_text,
 )
-from keras_vit.saving import save_model, weights_file_bytes
+from keras_vit.storage.saving import save_model, weights_file_bytes
 
 logger = logging.getLogger(__name__)
 

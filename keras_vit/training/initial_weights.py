@@ -1,0 +1,67 @@
+"""The weights a training run starts from: a pretrained checkpoint, or a model keras-vit trained
+before (a `.keras` file or run folder: fine-tune one run's model on another dataset)."""
+
+import logging
+import os
+
+from keras_vit.model import weights
+from keras_vit.storage.run_folder import MODEL_FILE
+from keras_vit.storage.saving import load_trained_model
+
+logger = logging.getLogger(__name__)
+
+
+def load_weights(model, path):
+    """Loads pretrained weights into a `keras_vit.ViT`: any checkpoint
+    `keras_vit.model.weights.load_weights` reads, or a keras-vit `.keras` file or run folder.
+    A trained model's head is loaded only when it was trained on the same class names.
+
+    Returns:
+        The model, for chaining.
+
+    Raises:
+        FileNotFoundError: `path` does not exist.
+        ValueError: not a checkpoint of a known format, or a Keras model that is no ViT.
+        CheckpointMismatchError: the checkpoint does not fit the model; the message names the
+            key and both shapes.
+    """
+    if not is_trained_model(path):
+        return weights.load_weights(model, path)
+    state = _trained_state(path, class_names=getattr(model, "class_names", None))
+    return weights.load_state(model, state, source=os.fspath(path))
+
+
+def check_source(path):
+    """Refuses, in one line, what `load_weights` cannot start from: checked before a run builds
+    anything, as `--teacher` is."""
+    path = os.fspath(path)
+    takes = f"--weights takes a checkpoint ({', '.join(weights.SUFFIXES)}) or a run (.keras or run folder)"
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"Weights not found: {path} ({takes}).")
+    if is_trained_model(path):
+        return
+    if os.path.isdir(path):
+        raise ValueError(f"{path} is a folder without a {MODEL_FILE}: {takes}.")
+    if os.path.splitext(path)[1].lower() not in weights.SUFFIXES:
+        raise ValueError(f"{path} is not a checkpoint keras-vit reads: {takes}.")
+
+
+def is_trained_model(path):
+    """Whether `path` is a keras-vit `.keras` file or run folder (else a checkpoint file)."""
+    path = os.fspath(path)
+    return path.endswith(".keras") or os.path.exists(os.path.join(path, MODEL_FILE))
+
+
+def _trained_state(path, class_names):
+    """A keras-vit `.keras` file or run folder as a state dict; without its head(s) when it was
+    trained on other classes than `class_names` (a head of the same size would mean nothing)."""
+    source = load_trained_model(path)
+    try:
+        state = weights.state_dict(source)
+    except TypeError:
+        raise ValueError(f"{path} is a Keras model but not a keras_vit.ViT: no weights to use.") from None
+    source_classes = getattr(source, "class_names", None)
+    if class_names and source_classes and list(source_classes) != list(class_names):
+        logger.info("%s was trained on other classes: its head is not loaded.", path)
+        state = {k: v for k, v in state.items() if not k.startswith(("head.", "head_dist."))}
+    return state
