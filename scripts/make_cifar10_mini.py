@@ -20,7 +20,9 @@ import zipfile
 
 SOURCE_MD5 = "71d6e24755ec6e24b86ced3c6ae1436c"
 DEFAULT_SOURCE = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "datasets", "cifar10_png.zip")
-DEFAULT_OUTPUT = os.path.join(os.path.dirname(__file__), "..", "keras_vit", "data", "embedded", "cifar10_mini.zip")
+DEFAULT_OUTPUT = os.path.join(
+    os.path.dirname(__file__), "..", "keras_vit", "data", "embedded", "cifar10_mini.zip"
+)
 FIXED_TIME = (2020, 1, 1, 0, 0, 0)
 
 

@@ -291,3 +291,25 @@ def test_normalisation_and_class_names_travel_with_the_model(tmp_path, tiny_conf
         keras_vit.ViT(**tiny_config, class_names=["a", "b", "c"])
     with pytest.raises(ValueError, match="Set both image_mean and image_std"):
         keras_vit.ViT(**tiny_config, image_mean=[0.5] * 3)
+
+
+def test_the_vits_arguments_and_defaults_are_declared_once():
+    """`ViT`'s signature (what `help` and IDEs show) and `complexity`'s defaults both come from
+    `Architecture`'s fields: a new argument is added in one place."""
+    import dataclasses
+    import inspect
+
+    from keras_vit.model.architecture import ARGUMENTS, Architecture
+
+    parameters = inspect.signature(keras_vit.ViT).parameters
+    assert list(parameters) == [*ARGUMENTS, "dtype", "kwargs"]
+    for field in dataclasses.fields(Architecture):
+        assert parameters[field.name].default == field.default, field.name
+    default = keras_vit.ViT(image_size=32, patch_size=16, hidden_dim=8, depth=1, num_heads=2, mlp_dim=8)
+    assert (
+        keras_vit.parameter_count(default)
+        == keras_vit.parameter_count(
+            dict(image_size=32, patch_size=16, hidden_dim=8, depth=1, num_heads=2, mlp_dim=8)
+        )
+        == default.count_params()
+    )

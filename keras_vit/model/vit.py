@@ -1,9 +1,12 @@
 """The ViT model: any configuration, built as a functional Keras model."""
 
+import dataclasses
+import inspect
+
 import keras
 
 from keras_vit.model import configs
-from keras_vit.model.checks import check_positive_int, check_rate
+from keras_vit.model.architecture import ARGUMENTS, Architecture, pair
 from keras_vit.model.layers import (
     ImageNormalization,
     PatchEncoder,
@@ -39,17 +42,6 @@ def distilled_heads(model):
         raise ValueError(f"{model.name} has no distillation head (ViT(distillation_token=True)).")
     outputs = {name: model.get_layer(name).output for name in ("head", "head_dist")}
     return keras.Model(model.inputs, outputs, name=f"{model.name}_heads")
-
-
-def _pair(value, what):
-    if isinstance(value, int) and not isinstance(value, bool):
-        value = (value, value)
-    value = tuple(value)
-    if len(value) != 2:
-        raise ValueError(f"{what} must be an int or (height, width), got {value!r}.")
-    for side in value:
-        check_positive_int(side, what)
-    return value
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -104,156 +96,24 @@ class ViT(keras.Model):
             both heads' logits, as timm does at inference (`distilled_heads` gives each).
     """
 
-    def __init__(
-        self,
-        image_size=224,
-        patch_size=16,
-        hidden_dim=768,
-        depth=12,
-        num_heads=12,
-        mlp_dim=3072,
-        num_classes=1000,
-        channels=3,
-        pooling="token",
-        representation_size=None,
-        include_top=True,
-        dropout=0.0,
-        attention_dropout=0.0,
-        drop_path_rate=0.0,
-        layer_norm_epsilon=1e-6,
-        classifier_activation=None,
-        image_mean=None,
-        image_std=None,
-        class_names=None,
-        layer_scale=None,
-        cls_position_embedding=True,
-        distillation_token=False,
-        class_token=True,
-        register_tokens=0,
-        norm_before_pooling=False,
-        dtype=None,
-        **kwargs,
-    ):
-        image_size = _pair(image_size, "image_size")
-        if (image_mean is None) != (image_std is None):
-            raise ValueError("Set both image_mean and image_std, or neither.")
-        if image_mean is not None and not (len(image_mean) == len(image_std) == channels):
-            raise ValueError(
-                f"image_mean and image_std need {channels} values (one per channel), "
-                f"got {list(image_mean)} and {list(image_std)}."
-            )
-        if class_names is not None:
-            class_names = [str(name) for name in class_names]
-            if len(class_names) != num_classes:
-                raise ValueError(f"{len(class_names)} class_names given for num_classes={num_classes}.")
-        for value, what in (
-            (patch_size, "patch_size"),
-            (depth, "depth"),
-            (channels, "channels"),
-            (num_classes, "num_classes"),
-        ):
-            check_positive_int(value, what)
-        if representation_size is not None:
-            check_positive_int(representation_size, "representation_size")
-        check_rate(drop_path_rate, "drop_path_rate")
-        if pooling == "token" and not class_token:
-            raise ValueError("pooling='token' takes the [cls] token: set class_token=True or pooling='gap'.")
-        if distillation_token and (pooling != "token" or representation_size is not None):
-            raise ValueError(
-                "distillation_token needs pooling='token' and no representation_size, as DeiT has."
-            )
-
+    def __init__(self, dtype=None, **arguments):
+        keras_arguments = {key: arguments.pop(key) for key in ("name", "trainable") if key in arguments}
+        arch = Architecture(**arguments)  # checked, in normal form
         # Resolved now, so the model keeps the policy its layers were built with.
         dtype = keras.dtype_policies.get(dtype) if dtype is not None else keras.config.dtype_policy()
-        images = keras.Input(shape=image_size + (channels,), name="images")
-        x = images
-        if image_mean is not None:
-            x = ImageNormalization(image_mean, image_std, dtype=dtype, name="normalization")(x)
-        encoder = PatchEncoder(
-            patch_size,
-            hidden_dim,
-            dropout=dropout,
-            cls_position_embedding=cls_position_embedding,
-            distillation_token=distillation_token,
-            class_token=class_token,
-            register_tokens=register_tokens,
-            dtype=dtype,
-            name="patch_encoder",
-        )
-        x = encoder(x)
-        for i in range(depth):
-            x = TransformerBlock(
-                hidden_dim,
-                num_heads,
-                mlp_dim,
-                dropout=dropout,
-                attention_dropout=attention_dropout,
-                # As timm: linspace(0, drop_path_rate, depth).
-                drop_path_rate=drop_path_rate * i / max(depth - 1, 1),
-                layer_norm_epsilon=layer_norm_epsilon,
-                layer_scale=layer_scale,
-                dtype=dtype,
-                name=f"block_{i}",
-            )(x)
-        # Pooling, then the final LayerNorm: equal for "token" (LayerNorm acts per token)
-        # and timm's fc_norm for "gap"; norm_before_pooling is timm's gap with fc_norm=False.
-        tokens = x
-        norm = keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, dtype=dtype, name="norm")
-        prefix_tokens = encoder.num_prefix_tokens
-        if norm_before_pooling:
-            x = TokenPooling(pooling, prefix_tokens, dtype=dtype, name="pooling")(norm(tokens))
-        else:
-            x = norm(TokenPooling(pooling, prefix_tokens, dtype=dtype, name="pooling")(tokens))
-        if representation_size is not None:
-            x = keras.layers.Dense(
-                representation_size,
-                activation="tanh",
-                kernel_initializer=weight_initializer(),
-                dtype=dtype,
-                name="pre_logits",
-            )(x)
-        if include_top and distillation_token:
-            distilled = norm(TokenPooling("distillation", dtype=dtype, name="distillation_pooling")(tokens))
-            x = _distilled_heads(x, distilled, num_classes, classifier_activation)
-        elif include_top:
-            # float32 logits even under mixed precision, for a stable loss.
-            x = keras.layers.Dense(
-                num_classes,
-                activation=classifier_activation,
-                kernel_initializer=weight_initializer(),
-                dtype="float32",
-                name="head",
-            )(x)
-        kwargs.setdefault("name", "vit")
-        super().__init__(inputs=images, outputs=x, **kwargs)
+        images = keras.Input(shape=arch.image_size + (arch.channels,), name="images")
+        tokens = _stem(images, arch, dtype)
+        tokens = _blocks(tokens, arch, dtype)
+        outputs = _head(tokens, arch, dtype)
+        super().__init__(inputs=images, outputs=outputs, **{"name": "vit", **keras_arguments})
         self.dtype_policy = dtype
+        for name in ARGUMENTS:  # model.depth, model.class_names, ...
+            setattr(self, name, getattr(arch, name))
 
-        # === Config ===
-        self.image_size = image_size
-        self.patch_size = patch_size
-        self.hidden_dim = hidden_dim
-        self.depth = depth
-        self.num_heads = num_heads
-        self.mlp_dim = mlp_dim
-        self.num_classes = num_classes
-        self.channels = channels
-        self.pooling = pooling
-        self.representation_size = representation_size
-        self.include_top = include_top
-        self.dropout = dropout
-        self.attention_dropout = attention_dropout
-        self.drop_path_rate = drop_path_rate
-        self.layer_norm_epsilon = layer_norm_epsilon
-        self.classifier_activation = classifier_activation
-        self.image_mean = None if image_mean is None else [float(m) for m in image_mean]
-        self.image_std = None if image_std is None else [float(v) for v in image_std]
-        self.class_names = class_names
-        self.layer_scale = None if layer_scale is None else float(layer_scale)
-        self.cls_position_embedding = bool(cls_position_embedding)
-        self.distillation_token = bool(distillation_token)
-        self.class_token = bool(class_token)
-        self.register_tokens = int(register_tokens)
-        self.norm_before_pooling = bool(norm_before_pooling)
+    @property
+    def architecture(self):
+        """The model's arguments, as `keras_vit.model.architecture.Architecture`."""
+        return Architecture(**{name: getattr(self, name) for name in ARGUMENTS})
 
     @property
     def blocks(self):
@@ -265,31 +125,7 @@ class ViT(keras.Model):
             "name": self.name,
             "trainable": self.trainable,
             "dtype": keras.dtype_policies.serialize(self.dtype_policy),
-            "image_size": list(self.image_size),
-            "patch_size": self.patch_size,
-            "hidden_dim": self.hidden_dim,
-            "depth": self.depth,
-            "num_heads": self.num_heads,
-            "mlp_dim": self.mlp_dim,
-            "num_classes": self.num_classes,
-            "channels": self.channels,
-            "pooling": self.pooling,
-            "representation_size": self.representation_size,
-            "include_top": self.include_top,
-            "dropout": self.dropout,
-            "attention_dropout": self.attention_dropout,
-            "drop_path_rate": self.drop_path_rate,
-            "layer_norm_epsilon": self.layer_norm_epsilon,
-            "classifier_activation": self.classifier_activation,
-            "image_mean": self.image_mean,
-            "image_std": self.image_std,
-            "class_names": self.class_names,
-            "layer_scale": self.layer_scale,
-            "cls_position_embedding": self.cls_position_embedding,
-            "distillation_token": self.distillation_token,
-            "class_token": self.class_token,
-            "register_tokens": self.register_tokens,
-            "norm_before_pooling": self.norm_before_pooling,
+            **self.architecture.config(),
         }
 
     @classmethod
@@ -300,11 +136,93 @@ class ViT(keras.Model):
         return cls(**config)
 
 
-def _vit_arguments():
-    import inspect
+def _signature():
+    """`ViT(image_size=224, ..., dtype=None)`: the arguments `help(ViT)` and IDEs show, from
+    `Architecture`'s fields."""
+    keyword = inspect.Parameter.KEYWORD_ONLY
+    fields = [inspect.Parameter(f.name, keyword, default=f.default) for f in dataclasses.fields(Architecture)]
+    return inspect.Signature(
+        [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+        + fields
+        + [
+            inspect.Parameter("dtype", keyword, default=None),
+            inspect.Parameter("kwargs", inspect.Parameter.VAR_KEYWORD),
+        ]
+    )
 
-    names = inspect.signature(ViT.__init__).parameters
-    return sorted(n for n in names if n not in ("self", "kwargs"))
+
+ViT.__init__.__signature__ = _signature()
+
+
+def _stem(images, arch, dtype):
+    """Pixels to tokens: normalisation (when the model carries it), the patch projection, the
+    prefix tokens and the position embeddings."""
+    x = images
+    if arch.image_mean is not None:
+        x = ImageNormalization(arch.image_mean, arch.image_std, dtype=dtype, name="normalization")(x)
+    encoder = PatchEncoder(
+        arch.patch_size,
+        arch.hidden_dim,
+        dropout=arch.dropout,
+        cls_position_embedding=arch.cls_position_embedding,
+        distillation_token=arch.distillation_token,
+        class_token=arch.class_token,
+        register_tokens=arch.register_tokens,
+        dtype=dtype,
+        name="patch_encoder",
+    )
+    return encoder(x)
+
+
+def _blocks(tokens, arch, dtype):
+    """The Transformer blocks, stochastic depth growing linearly to the last (as timm's
+    linspace(0, drop_path_rate, depth))."""
+    for i in range(arch.depth):
+        tokens = TransformerBlock(
+            arch.hidden_dim,
+            arch.num_heads,
+            arch.mlp_dim,
+            dropout=arch.dropout,
+            attention_dropout=arch.attention_dropout,
+            drop_path_rate=arch.drop_path_rate * i / max(arch.depth - 1, 1),
+            layer_norm_epsilon=arch.layer_norm_epsilon,
+            layer_scale=arch.layer_scale,
+            dtype=dtype,
+            name=f"block_{i}",
+        )(tokens)
+    return tokens
+
+
+def _head(tokens, arch, dtype):
+    """Pooling, the final LayerNorm, the optional pre-logits layer and the classifier (or the
+    pooled embedding with `include_top=False`).
+
+    Pooling, then the LayerNorm: equal for "token" (LayerNorm acts per token) and timm's
+    fc_norm for "gap"; `norm_before_pooling` is timm's gap with fc_norm=False."""
+    norm = keras.layers.LayerNormalization(epsilon=arch.layer_norm_epsilon, dtype=dtype, name="norm")
+    pooling = TokenPooling(arch.pooling, arch.prefix_tokens, dtype=dtype, name="pooling")
+    x = pooling(norm(tokens)) if arch.norm_before_pooling else norm(pooling(tokens))
+    if arch.representation_size is not None:
+        x = keras.layers.Dense(
+            arch.representation_size,
+            activation="tanh",
+            kernel_initializer=weight_initializer(),
+            dtype=dtype,
+            name="pre_logits",
+        )(x)
+    if not arch.include_top:
+        return x
+    if arch.distillation_token:
+        distilled = norm(TokenPooling("distillation", dtype=dtype, name="distillation_pooling")(tokens))
+        return _distilled_heads(x, distilled, arch.num_classes, arch.classifier_activation)
+    # float32 logits even under mixed precision, for a stable loss.
+    return keras.layers.Dense(
+        arch.num_classes,
+        activation=arch.classifier_activation,
+        kernel_initializer=weight_initializer(),
+        dtype="float32",
+        name="head",
+    )(x)
 
 
 def create_model(name, **overrides):
@@ -320,12 +238,12 @@ def create_model(name, **overrides):
         A `ViT`, randomly initialised; load weights with `keras_vit.load_weights`.
     """
     config = configs.get_model_config(name)
-    allowed = set(_vit_arguments()) | {"name", "trainable"}
+    allowed = set(ARGUMENTS) | {"dtype", "name", "trainable"}
     unknown = sorted(set(overrides) - allowed)
     if unknown:
         raise TypeError(
             f"create_model({name!r}) got unknown argument(s) {unknown}; "
-            f"ViT takes {', '.join(_vit_arguments())}."
+            f"ViT takes {', '.join(sorted(ARGUMENTS + ('dtype',)))}."
         )
     config.update(overrides)
     config.setdefault("name", name)
@@ -339,7 +257,7 @@ def resize_model(model, image_size):
     [cls] kept), so a model trained at 224 runs or fine-tunes at 384.
     """
     config = model.get_config()
-    config["image_size"] = list(_pair(image_size, "image_size"))
+    config["image_size"] = list(pair(image_size, "image_size"))
     resized = ViT.from_config(config)
     for source, target in zip(model.layers, resized.layers, strict=True):
         if isinstance(source, PatchEncoder):

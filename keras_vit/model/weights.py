@@ -361,50 +361,14 @@ def _safetensors_bytes(state):
 
 
 def _assign(model, encoder, state, source):
+    """Assigns `state` to `model`, all or nothing: the checkpoint's keys matched to the model's
+    variables, each converted to Keras' layout and checked before any is assigned."""
     state = dict(state)
     final_norm = "fc_norm" if "fc_norm.weight" in state and "norm.weight" not in state else "norm"
     targets = _targets(model, encoder, final_norm)
-
-    # Layers kept freshly initialised when the checkpoint has none that fits.
-    optional = _optional_layers(model, encoder)
-    if model.representation_size is None and any(k.startswith("pre_logits.") for k in state):
-        logger.warning("%s: ignoring the checkpoint's pre-logits layer; the model has none.", source)
-        state = {k: v for k, v in state.items() if not k.startswith("pre_logits.")}
-    if not model.include_top:
-        state = {k: v for k, v in state.items() if not k.startswith(("head.", "head_dist."))}
-    for prefix, layer in optional:
-        weight = state.get(f"{prefix}.weight")
-        if weight is not None and weight.shape[0] == layer.kernel.shape[1]:
-            targets += _linear(layer, prefix)
-        else:
-            found = "none" if weight is None else f"{weight.shape[0]} outputs"
-            logger.warning(
-                "%s: %s layer re-initialised: the model has %d outputs, the checkpoint %s.",
-                source,
-                prefix,
-                layer.kernel.shape[1],
-                found,
-            )
-            state.pop(f"{prefix}.weight", None)
-            state.pop(f"{prefix}.bias", None)
-
-    missing = [key for key, _, _ in targets if key not in state]
-    if missing:
-        raise CheckpointMismatchError(
-            f"{source} lacks {len(missing)} key(s) the model needs, e.g. {missing[:5]}. "
-            f"Is it a plain ViT checkpoint of the same depth?"
-        )
-    unused = sorted(set(state) - {key for key, _, _ in targets})
-    if unused:
-        hint = "Is it a plain ViT checkpoint of the same depth?"
-        if any(k.endswith(".ls1.gamma") for k in unused):
-            hint = "It has LayerScale (DeiT III): use a deit3_* config, or ViT(layer_scale=...)."
-        elif "dist_token" in unused:
-            hint = "It is a distilled DeiT: use a deit_*_distilled_* config, or ViT(distillation_token=True)."
-        raise CheckpointMismatchError(
-            f"{source} has {len(unused)} key(s) that this ViT has no place for, e.g. {unused[:5]}. {hint}"
-        )
-
+    state, fitting = _optional_layers_that_fit(model, encoder, state, source)
+    targets += fitting
+    _check_keys(state, targets, source)
     values = []
     for key, variable, to_keras in targets:
         value = np.asarray(state[key], dtype=np.float32)
@@ -423,6 +387,55 @@ def _assign(model, encoder, state, source):
     # Assign only once everything fits: a failed load leaves the model untouched.
     for variable, value in values:
         variable.assign(value.astype(variable.dtype))
+
+
+def _optional_layers_that_fit(model, encoder, state, source):
+    """(state without what the model has no place for, the optional layers' targets): the
+    pre-logits layer and the heads load when the checkpoint has one that fits, and stay freshly
+    initialised, with a warning, otherwise."""
+    if model.representation_size is None and any(k.startswith("pre_logits.") for k in state):
+        logger.warning("%s: ignoring the checkpoint's pre-logits layer; the model has none.", source)
+        state = {k: v for k, v in state.items() if not k.startswith("pre_logits.")}
+    if not model.include_top:
+        state = {k: v for k, v in state.items() if not k.startswith(("head.", "head_dist."))}
+    targets = []
+    for prefix, layer in _optional_layers(model, encoder):
+        weight = state.get(f"{prefix}.weight")
+        if weight is not None and weight.shape[0] == layer.kernel.shape[1]:
+            targets += _linear(layer, prefix)
+            continue
+        found = "none" if weight is None else f"{weight.shape[0]} outputs"
+        logger.warning(
+            "%s: %s layer re-initialised: the model has %d outputs, the checkpoint %s.",
+            source,
+            prefix,
+            layer.kernel.shape[1],
+            found,
+        )
+        state.pop(f"{prefix}.weight", None)
+        state.pop(f"{prefix}.bias", None)
+    return state, targets
+
+
+def _check_keys(state, targets, source):
+    """A CheckpointMismatchError for a key the model needs and the checkpoint lacks, or one the
+    checkpoint has and the model has no place for."""
+    missing = [key for key, _, _ in targets if key not in state]
+    if missing:
+        raise CheckpointMismatchError(
+            f"{source} lacks {len(missing)} key(s) the model needs, e.g. {missing[:5]}. "
+            f"Is it a plain ViT checkpoint of the same depth?"
+        )
+    unused = sorted(set(state) - {key for key, _, _ in targets})
+    if unused:
+        hint = "Is it a plain ViT checkpoint of the same depth?"
+        if any(k.endswith(".ls1.gamma") for k in unused):
+            hint = "It has LayerScale (DeiT III): use a deit3_* config, or ViT(layer_scale=...)."
+        elif "dist_token" in unused:
+            hint = "It is a distilled DeiT: use a deit_*_distilled_* config, or ViT(distillation_token=True)."
+        raise CheckpointMismatchError(
+            f"{source} has {len(unused)} key(s) that this ViT has no place for, e.g. {unused[:5]}. {hint}"
+        )
 
 
 def _fit_position_embeddings(pos_embed, encoder, source):

@@ -62,25 +62,24 @@ class TrainConfig:
 
     def validate(self):
         """Raises ValueError for a setting no run can use; call it on a `resolved()` config."""
+        self._check_choices()
+        self._check_numbers()
+        self._check_image_size()
+        self._check_starting_points()
+        self._check_overrides()
+
+    def _check_choices(self):
         if self.strategy not in STRATEGIES:
             raise ValueError(f"Unknown strategy {self.strategy!r}; strategies: {', '.join(STRATEGIES)}.")
         if self.precision not in PRECISIONS:
             raise ValueError(f"Unknown precision {self.precision!r}; choose {', '.join(PRECISIONS)}.")
-        model_config = configs.get_model_config(self.model)
+
+    def _check_numbers(self):
         counts = ("epochs", "batch_size", "backup_every_steps", "repeated_augmentation", "image_size")
         for name in counts + ("steps_per_epoch",):  # steps_per_epoch: None is the whole dataset
             value = getattr(self, name)
             if (value is not None or name in counts) and value < 1:
                 raise ValueError(f"{name} must be at least 1, got {value}.")
-        patch = self.overrides.get("patch_size", model_config["patch_size"])
-        if self.image_size % patch:
-            sizes = sorted(
-                {max(patch, self.image_size // patch * patch), (self.image_size // patch + 1) * patch}
-            )
-            raise ValueError(
-                f"image_size {self.image_size} is not a multiple of {self.model}'s patch size {patch}: "
-                f"choose {' or '.join(map(str, sizes))}."
-            )
         for name in ("dropout", "drop_path_rate", "validation_split"):
             if not 0 <= getattr(self, name) < 1:
                 raise ValueError(f"{name} is a fraction in [0, 1), got {getattr(self, name)}.")
@@ -89,12 +88,34 @@ class TrainConfig:
             value = getattr(self, name)
             if value is not None and value < 0:
                 raise ValueError(f"{name} must not be negative, got {value}.")
+        if self.learning_rate == 0:
+            raise ValueError("learning_rate must be positive.")
         if self.random_erasing > 1:
             raise ValueError(f"random_erasing is a probability in [0, 1], got {self.random_erasing}.")
         if not 0 < self.layer_decay <= 1:
             raise ValueError(f"layer_decay is a factor in (0, 1] (1 is off), got {self.layer_decay}.")
         if not 0 <= self.distillation_weight <= 1:
             raise ValueError(f"distillation_weight is in [0, 1], got {self.distillation_weight}.")
+        if not 0 <= self.ema < 1:
+            raise ValueError(f"ema is a momentum in [0, 1) (0 is off), got {self.ema}.")
+        if not 0 < self.crop_min_scale <= 1:
+            raise ValueError(
+                f"crop_min_scale is a fraction of the area in (0, 1], got {self.crop_min_scale}."
+            )
+
+    def _check_image_size(self):
+        patch = self.overrides.get("patch_size", configs.get_model_config(self.model)["patch_size"])
+        if self.image_size % patch:
+            sizes = sorted(
+                {max(patch, self.image_size // patch * patch), (self.image_size // patch + 1) * patch}
+            )
+            raise ValueError(
+                f"image_size {self.image_size} is not a multiple of {self.model}'s patch size {patch}: "
+                f"choose {' or '.join(map(str, sizes))}."
+            )
+
+    def _check_starting_points(self):
+        """`--weights` and `--teacher`, before anything is built."""
         if self.weights:
             from keras_vit.training.initial_weights import check_source
 
@@ -108,14 +129,8 @@ class TrainConfig:
                 f"--teacher trains a distilled student, and {self.model} has no distillation token: "
                 f"use a deit_*_distilled_* model or --override distillation_token=true."
             )
-        if not 0 <= self.ema < 1:
-            raise ValueError(f"ema is a momentum in [0, 1) (0 is off), got {self.ema}.")
-        if not 0 < self.crop_min_scale <= 1:
-            raise ValueError(
-                f"crop_min_scale is a fraction of the area in (0, 1], got {self.crop_min_scale}."
-            )
-        if self.learning_rate == 0:
-            raise ValueError("learning_rate must be positive.")
+
+    def _check_overrides(self):
         # These come from their own settings or from the dataset; an override would disagree.
         owned = {"num_classes", "class_names", "image_size", "dropout", "drop_path_rate"}
         owned |= {"image_mean", "image_std", "dtype", "name"}

@@ -1,0 +1,112 @@
+"""A ViT's arguments: their defaults, checks and normal form, in one place.
+
+`keras_vit.ViT` takes exactly these, besides Keras' own `dtype`, `name` and `trainable`, and
+documents them. `keras_vit.model.complexity` counts parameters and FLOPs from them without
+Keras, so `keras-vit models` answers at once.
+"""
+
+import dataclasses
+
+from keras_vit.model.checks import check_positive_int, check_rate
+
+
+@dataclasses.dataclass(frozen=True)
+class Architecture:
+    """The arguments of `keras_vit.ViT` (documented there), checked and in normal form."""
+
+    image_size: tuple = (224, 224)
+    patch_size: int = 16
+    hidden_dim: int = 768
+    depth: int = 12
+    num_heads: int = 12
+    mlp_dim: int = 3072
+    num_classes: int = 1000
+    channels: int = 3
+    pooling: str = "token"
+    representation_size: int | None = None
+    include_top: bool = True
+    dropout: float = 0.0
+    attention_dropout: float = 0.0
+    drop_path_rate: float = 0.0
+    layer_norm_epsilon: float = 1e-6
+    classifier_activation: str | None = None
+    image_mean: list | None = None
+    image_std: list | None = None
+    class_names: list | None = None
+    layer_scale: float | None = None
+    cls_position_embedding: bool = True
+    distillation_token: bool = False
+    class_token: bool = True
+    register_tokens: int = 0
+    norm_before_pooling: bool = False
+
+    def __post_init__(self):
+        self._normalise()
+        self._check()
+
+    def _normalise(self):
+        def put(name, value):
+            object.__setattr__(self, name, value)
+
+        put("image_size", pair(self.image_size, "image_size"))
+        for name in ("image_mean", "image_std"):
+            if getattr(self, name) is not None:
+                put(name, [float(value) for value in getattr(self, name)])
+        if self.class_names is not None:
+            put("class_names", [str(name) for name in self.class_names])
+        if self.layer_scale is not None:
+            put("layer_scale", float(self.layer_scale))
+        for name in ("cls_position_embedding", "distillation_token", "class_token", "norm_before_pooling"):
+            put(name, bool(getattr(self, name)))
+
+    def _check(self):
+        for name in ("patch_size", "depth", "channels", "num_classes"):
+            check_positive_int(getattr(self, name), name)
+        if self.representation_size is not None:
+            check_positive_int(self.representation_size, "representation_size")
+        check_rate(self.drop_path_rate, "drop_path_rate")
+        if (self.image_mean is None) != (self.image_std is None):
+            raise ValueError("Set both image_mean and image_std, or neither.")
+        if self.image_mean is not None and not (len(self.image_mean) == len(self.image_std) == self.channels):
+            raise ValueError(
+                f"image_mean and image_std need {self.channels} values (one per channel), "
+                f"got {self.image_mean} and {self.image_std}."
+            )
+        if self.class_names is not None and len(self.class_names) != self.num_classes:
+            raise ValueError(f"{len(self.class_names)} class_names given for num_classes={self.num_classes}.")
+        if self.pooling == "token" and not self.class_token:
+            raise ValueError("pooling='token' takes the [cls] token: set class_token=True or pooling='gap'.")
+        if self.distillation_token and (self.pooling != "token" or self.representation_size is not None):
+            raise ValueError(
+                "distillation_token needs pooling='token' and no representation_size, as DeiT has."
+            )
+
+    @property
+    def prefix_tokens(self):
+        """[cls], DeiT's distillation token and the registers, before the patches."""
+        return int(self.class_token) + int(self.distillation_token) + self.register_tokens
+
+    @property
+    def num_patches(self):
+        return (self.image_size[0] // self.patch_size) * (self.image_size[1] // self.patch_size)
+
+    def config(self):
+        """The arguments as a JSON-ready dict (`ViT.get_config`)."""
+        config = {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
+        config["image_size"] = list(self.image_size)
+        return config
+
+
+ARGUMENTS = tuple(field.name for field in dataclasses.fields(Architecture))
+
+
+def pair(value, what):
+    """An int or (height, width) as a (height, width) tuple of positive ints."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = (value, value)
+    value = tuple(value)
+    if len(value) != 2:
+        raise ValueError(f"{what} must be an int or (height, width), got {value!r}.")
+    for side in value:
+        check_positive_int(side, what)
+    return value
