@@ -5,9 +5,11 @@ no framework (keras_vit_cli.py, the entry point, keeps `import keras_vit` from l
 """
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
+import typing
 
 from keras_vit import framework_logs
 from keras_vit.inference.runtimes import TOP_K
@@ -213,94 +215,34 @@ def _parse_override(item):
 
 
 def _add_train_arguments(parser):
-    from keras_vit.training.recipes import PRECISIONS, PRESETS, STRATEGIES
+    """One flag per `TrainConfig` setting, its help and default text from the setting's own
+    declaration (`keras_vit.training.config.setting`), then `--override`."""
+    from keras_vit.training.config import TrainConfig
 
-    add = parser.add_argument
-    add("--dataset", help="an image folder or .zip of class_name/image files, or cifar10-mini (default)")
-    add(
-        "--model",
-        type=_model_name,
-        help="a name from `keras-vit models` (default: the preset's, else vit_nano_patch4_32)",
-    )
-    add("--output", help="the run folder (default runs/latest); rerun the same command to resume")
-    add(
-        "--preset",
-        choices=sorted(PRESETS),
-        help="the recipe for every setting not given: scratch (default), finetune, or small-scratch "
-        "(a plain ViT from scratch on CIFAR-10; see docs/benchmarks/cifar10.md)",
-    )
-    add("--epochs", type=int)
-    add("--batch-size", type=int, help="the global batch, split over replicas")
-    add("--learning-rate", type=float, help="peak learning rate after warmup")
-    add("--weight-decay", type=float)
-    add("--warmup-epochs", type=float)
-    add("--label-smoothing", type=float)
-    add("--clipnorm", type=float, help="global gradient norm clip; 0 turns it off")
-    add("--dropout", type=float)
-    add("--drop-path-rate", type=float)
-    add("--image-size", type=int, help="train at this resolution (position embeddings are resampled)")
-    add("--validation-split", type=float, help="held out from train when there is no val/ folder")
-    add(
-        "--crop",
-        choices=("resized", "pad", "none"),
-        help="random crop (default: pad up to 64px, else resized)",
-    )
-    add("--crop-min-scale", type=float, help="smallest area a resized crop keeps (default 0.08)")
-    add("--flip", action=argparse.BooleanOptionalAction, help="random horizontal flips (default on)")
-    add("--randaugment", type=int, help="RandAugment operations per image; 0 (default) is off")
-    add("--mixup", type=float, help="MixUp alpha; 0 (default) is off")
-    add("--cutmix", type=float, help="CutMix alpha; 0 (default) is off")
-    add("--random-erasing", type=float, help="RandomErasing probability per image; 0 (default) is off")
-    add(
-        "--repeated-augmentation",
-        type=int,
-        metavar="K",
-        help="each image K times per batch, augmented apart (DeiT); 1 (default) is off",
-    )
-    add(
-        "--ema",
-        type=float,
-        metavar="M",
-        help="validate, save and export a moving average of the weights with momentum M "
-        "(e.g. 0.9998); 0 (default) is off",
-    )
-    add(
-        "--layer-decay",
-        type=float,
-        metavar="D",
-        help="layer-wise learning-rate decay for fine-tuning (e.g. 0.65): block i of N gets "
-        "lr * D^(N - i), the patch embedding lr * D^(N + 1), the head lr; 1 (default) is off",
-    )
-    add("--precision", choices=PRECISIONS)
-    add("--jit-compile", action=argparse.BooleanOptionalAction, help="XLA (default on)")
-    add("--strategy", choices=STRATEGIES, help="auto: all GPUs mirrored, else one device")
-    add(
-        "--weights",
-        help="pretrained weights to start from: a timm/Hugging Face (.safetensors, .pth, .bin) or Google "
-        "(.npz) checkpoint, or another run's model (.keras or run folder)",
-    )
-    add(
-        "--teacher",
-        help="DeiT distillation: any model file `keras-vit predict` runs, trained on the same classes; "
-        "the student (a deit_*_distilled_* model, or --override distillation_token=true) learns its "
-        "top class through the distillation token",
-    )
-    add(
-        "--distillation-weight",
-        type=float,
-        metavar="W",
-        help="the distillation head's share of the loss with --teacher (default 0.5)",
-    )
-    add("--freeze-backbone", action="store_true", default=None, help="train the head only (linear probe)")
-    add("--seed", type=int)
-    add("--backup-every-steps", type=int, help="mid-epoch backup interval for resuming (default 100)")
-    add("--steps-per-epoch", type=int, help="cap each epoch (for quick runs)")
-    add(
+    for field in dataclasses.fields(TrainConfig):
+        options = dict(field.metadata)
+        if not options.pop("flag"):
+            continue
+        options.pop("default_text", None)
+        options["help"] = f"{options['help']} (default: {TrainConfig.default_text(field.name)})"
+        kind = _flag_type(field.type)
+        if kind is bool:
+            options["action"] = argparse.BooleanOptionalAction
+        elif "choices" not in options:
+            options["type"] = _model_name if field.name == "model" else kind
+        parser.add_argument("--" + field.name.replace("_", "-"), **options)
+    parser.add_argument(
         "--override",
         action="append",
         metavar="KEY=VALUE",
         help="any other ViT argument for the named config, e.g. --override depth=4 (repeatable)",
     )
+
+
+def _flag_type(annotation):
+    """`int | None` -> int: the type of a setting's value."""
+    kinds = [kind for kind in typing.get_args(annotation) or (annotation,) if kind is not type(None)]
+    return kinds[0]
 
 
 def _add_models_arguments(models):

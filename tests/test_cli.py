@@ -198,3 +198,25 @@ def test_weights_that_are_no_checkpoint_are_refused_before_a_run_starts(
     (tmp_path / "notes.txt").write_text("not weights")
     line = _one_line_exit_1(capsys, ["train", "--weights", weights, "--output", "run"])
     assert line.startswith(f"keras-vit train: error: {says}") and not (tmp_path / "run").exists()
+
+
+def test_train_flags_and_their_defaults_come_from_the_settings_declarations(capsys, monkeypatch):
+    """Each `TrainConfig` setting is a flag whose help says its default as `recipes` holds it: a
+    changed default changes the help, with nothing else to edit."""
+    import dataclasses
+
+    from keras_vit.training import recipes
+    from keras_vit.training.config import TrainConfig
+
+    monkeypatch.setitem(recipes.DEFAULTS, "epochs", 7)
+    monkeypatch.setenv("COLUMNS", "1000")  # argparse wraps at hyphens, too
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert (
+        "--epochs EPOCHS passes over the training images (default: 7; by preset: small-scratch 200)" in text
+    )
+    for field in dataclasses.fields(TrainConfig):
+        if field.metadata.get("flag"):
+            flag = "--" + field.name.replace("_", "-")
+            assert flag in text and f"(default: {TrainConfig.default_text(field.name)})" in text, flag

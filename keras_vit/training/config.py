@@ -13,52 +13,109 @@ from keras_vit.model import configs
 from keras_vit.training.recipes import DEFAULTS, PRECISIONS, PRESETS, STRATEGIES
 
 
+def setting(help, default=None, *, flag=True, **flag_options):
+    """A `TrainConfig` field: its default (None: the preset's, else `recipes.DEFAULTS`'), and the
+    help and argparse options of its `keras-vit train` flag, which the CLI builds from these."""
+    return dataclasses.field(default=default, metadata={"help": help, "flag": flag, **flag_options})
+
+
 @dataclasses.dataclass
 class TrainConfig:
-    """Everything a run needs; `keras-vit train` flags map one to one.
+    """Everything a run needs; `keras-vit train` flags map one to one, help texts included.
 
     A setting left None comes from the preset (`recipes.PRESETS`), else from
     `recipes.DEFAULTS`: `resolved()` fills them in.
     """
 
-    dataset: str = DATASET
-    model: str | None = None
-    output: str = "runs/latest"
-    preset: str = "scratch"
-    epochs: int | None = None
-    batch_size: int | None = None
-    learning_rate: float | None = None
-    weight_decay: float | None = None
-    warmup_epochs: float | None = None
-    label_smoothing: float | None = None
-    clipnorm: float = 1.0
-    dropout: float = 0.0
-    drop_path_rate: float | None = None
-    image_size: int | None = None
-    validation_split: float | None = None
-    crop: str | None = None
-    crop_min_scale: float | None = None
-    flip: bool = True
-    randaugment: int | None = None
-    mixup: float | None = None
-    cutmix: float | None = None
-    random_erasing: float | None = None
-    repeated_augmentation: int | None = None
-    ema: float | None = None  # momentum of the weights' moving average; 0 is off
-    layer_decay: float | None = None  # layer-wise learning-rate decay; 1 is off
-    precision: str | None = None
-    jit_compile: bool = True
-    strategy: str = "auto"
-    weights: str | None = None
-    teacher: str | None = None  # a model file whose top class the distillation head learns (DeiT)
-    distillation_weight: float | None = None  # the distillation head's share of the loss
-    freeze_backbone: bool = False
-    image_mean: tuple = (0.5, 0.5, 0.5)
-    image_std: tuple = (0.5, 0.5, 0.5)
-    seed: int = SEED
-    backup_every_steps: int = 100
-    steps_per_epoch: int | None = None
-    overrides: dict = dataclasses.field(default_factory=dict)  # more create_model arguments
+    dataset: str = setting(
+        "an image folder or .zip of class_name/image files, a tensorflow-datasets name, or cifar10-mini",
+        DATASET,
+    )
+    model: str | None = setting("a name from `keras-vit models`")
+    output: str = setting("the run folder; rerun the same command to resume", "runs/latest")
+    preset: str = setting(
+        "the recipe for every setting not given: scratch, finetune, or small-scratch (a plain ViT from "
+        "scratch on CIFAR-10; see docs/benchmarks/cifar10.md)",
+        "scratch",
+        choices=sorted(PRESETS),
+    )
+    epochs: int | None = setting("passes over the training images")
+    batch_size: int | None = setting("the global batch, split over replicas")
+    learning_rate: float | None = setting("peak learning rate after warmup")
+    weight_decay: float | None = setting("AdamW's decoupled weight decay")
+    warmup_epochs: float | None = setting("linear warmup before the cosine decay")
+    label_smoothing: float | None = setting("of the cross-entropy targets")
+    clipnorm: float = setting("global gradient norm clip; 0 turns it off", 1.0)
+    dropout: float = setting("on embeddings, attention output and MLPs", 0.0)
+    drop_path_rate: float | None = setting("stochastic depth of the last block")
+    image_size: int | None = setting(
+        "train at this resolution (position embeddings are resampled)", default_text="the model's"
+    )
+    validation_split: float | None = setting("held out from train when there is no val/ folder")
+    crop: str | None = setting(
+        "random crop", choices=("resized", "pad", "none"), default_text="pad up to 64 px, else resized"
+    )
+    crop_min_scale: float | None = setting("smallest area a resized crop keeps")
+    flip: bool = setting("random horizontal flips", True)
+    randaugment: int | None = setting("RandAugment operations per image; 0 is off")
+    mixup: float | None = setting("MixUp alpha; 0 is off")
+    cutmix: float | None = setting("CutMix alpha; 0 is off")
+    random_erasing: float | None = setting("RandomErasing probability per image; 0 is off")
+    repeated_augmentation: int | None = setting(
+        "each image K times per batch, augmented apart (DeiT); 1 is off", metavar="K"
+    )
+    ema: float | None = setting(
+        "validate, save and export a moving average of the weights with momentum M (e.g. 0.9998); 0 is off",
+        metavar="M",
+    )
+    layer_decay: float | None = setting(
+        "layer-wise learning-rate decay for fine-tuning (e.g. 0.65): block i of N gets lr * D^(N - i), "
+        "the patch embedding lr * D^(N + 1), the head lr; 1 is off",
+        metavar="D",
+    )
+    precision: str | None = setting("float32 or mixed precision", choices=PRECISIONS)
+    jit_compile: bool = setting("XLA", True)
+    strategy: str = setting("auto: all GPUs mirrored, else one device", "auto", choices=STRATEGIES)
+    weights: str | None = setting(
+        "pretrained weights to start from: a timm/Hugging Face (.safetensors, .pth, .bin) or Google "
+        "(.npz) checkpoint, or another run's model (.keras or run folder)"
+    )
+    teacher: str | None = setting(
+        "DeiT distillation: any model file `keras-vit predict` runs, trained on the same classes; the "
+        "student (a deit_*_distilled_* model, or --override distillation_token=true) learns its top class "
+        "through the distillation token"
+    )
+    distillation_weight: float | None = setting(
+        "the distillation head's share of the loss with --teacher (DeiT's hard distillation)", metavar="W"
+    )
+    freeze_backbone: bool = setting("train the head only (linear probe)", False)
+    image_mean: tuple = setting("", (0.5, 0.5, 0.5), flag=False)  # replaced by --weights' own
+    image_std: tuple = setting("", (0.5, 0.5, 0.5), flag=False)
+    seed: int = setting("shuffles, splits, initialisation and augmentation", SEED)
+    backup_every_steps: int = setting("mid-epoch backup interval for resuming", 100)
+    steps_per_epoch: int | None = setting("cap each epoch (for quick runs)", default_text="the whole dataset")
+    overrides: dict = dataclasses.field(  # more create_model arguments: --override KEY=VALUE
+        default_factory=dict, metadata={"flag": False}
+    )
+
+    @staticmethod
+    def default_text(name):
+        """How a setting left unset is decided, as `keras-vit train --help` says it."""
+        field = {field.name: field for field in dataclasses.fields(TrainConfig)}[name]
+        if "default_text" in field.metadata:
+            return field.metadata["default_text"]
+        if isinstance(field.default, bool):
+            return "on" if field.default else "off"
+        if field.default is not None:
+            return str(field.default)
+        by_preset = [
+            f"{preset} {values[name]}" for preset, values in sorted(PRESETS.items()) if name in values
+        ]
+        by_preset = "by preset: " + ", ".join(by_preset) if by_preset else ""
+        fallback = DEFAULTS.get(name)
+        if fallback is None:
+            return by_preset or "none"
+        return f"{fallback}; {by_preset}" if by_preset else str(fallback)
 
     def validate(self):
         """Raises ValueError for a setting no run can use; call it on a `resolved()` config."""
