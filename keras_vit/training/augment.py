@@ -20,6 +20,9 @@ import math
 import keras
 from keras import ops
 
+from keras_vit.data.datasets import SEED
+from keras_vit.training.recipes import DEFAULTS
+
 CROPS = ("pad", "resized", "none")
 
 
@@ -161,7 +164,8 @@ class BatchAugmentation(keras.layers.Layer):
 
     Call it on `(images, labels)`: float images in [0, 255] of shape
     `(batch, height, width, channels)` and one-hot labels; it returns both,
-    augmented when `training` is true and unchanged otherwise.
+    augmented when `training` is true and unchanged otherwise. Its defaults are
+    `keras-vit train`'s (`keras_vit.training.recipes.DEFAULTS`): every augmentation off.
 
     Args:
         crop: `"pad"` (shift by up to 1/8 of the side, reflecting: small
@@ -181,14 +185,14 @@ class BatchAugmentation(keras.layers.Layer):
     def __init__(
         self,
         crop="pad",
-        min_scale=0.08,
+        min_scale=DEFAULTS["crop_min_scale"],
         flip=True,
-        randaugment_ops=0,
+        randaugment_ops=DEFAULTS["randaugment"],
         randaugment_factor=0.5,
-        mixup=0.0,
-        cutmix=0.0,
-        erasing=0.0,
-        seed=0,
+        mixup=DEFAULTS["mixup"],
+        cutmix=DEFAULTS["cutmix"],
+        erasing=DEFAULTS["random_erasing"],
+        seed=SEED,
         **kwargs,
     ):
         kwargs.setdefault("dtype", "float32")  # pixel arithmetic stays float32 under mixed precision
