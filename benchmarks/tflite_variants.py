@@ -28,6 +28,7 @@ from keras_vit.export import metadata, tflite  # noqa: E402
 from keras_vit.export.verify import held_out_images, latency_ms  # noqa: E402
 from keras_vit.inference.classifier import load_classifier  # noqa: E402
 from keras_vit.inference.runtimes import KerasRunner, TFLiteRunner  # noqa: E402
+from keras_vit.storage.locate import locate  # noqa: E402
 from keras_vit.storage.run_folder import DatasetSpec, RunFolder  # noqa: E402
 
 LAYER_NORM = ("MEAN", "SQUARED_DIFFERENCE", "RSQRT")
@@ -69,7 +70,7 @@ def main():
     parser.add_argument("--calibration", type=int, default=200, help="representative images for int8")
     args = parser.parse_args()
 
-    spec = DatasetSpec() if args.random else RunFolder.containing(args.model).dataset_spec()
+    spec = DatasetSpec() if args.random else RunFolder(locate(args.model).folder).dataset_spec()
     spec = spec.with_name(args.dataset or spec.name or DATASET)
     dataset = spec.name
     if args.random:

@@ -38,6 +38,7 @@ from keras_vit.storage.export_folder import (
     files_folder,
     tflite_file,
 )
+from keras_vit.storage.locate import locate
 from keras_vit.storage.run_folder import RunFolder
 
 logger = logging.getLogger(__name__)
@@ -153,7 +154,7 @@ def export_model(
         raise ValueError(f"Unknown export format(s) {unknown}; choose from {', '.join(FORMATS)}.")
     source = os.fspath(source)
     classifier = load_classifier(source, name)
-    spec = RunFolder.containing(source).dataset_spec().with_name(dataset)
+    spec = RunFolder(locate(source).folder).dataset_spec().with_name(dataset)
     if (verify or ("tflite" in formats and "int8" in quantize)) and spec.name is None:
         raise ValueError(
             f"{source} is not a run folder, so its dataset is unknown: pass --dataset (a folder, .zip, "

@@ -79,13 +79,13 @@ def _evaluate(args):
     from keras_vit.data.datasets import DATASET
     from keras_vit.inference.evaluate import evaluate, write_report
     from keras_vit.inference.runtimes import open_model
-    from keras_vit.storage.export_folder import folder_of, recorded_dataset
+    from keras_vit.storage.locate import locate, recorded_dataset
 
     # The run or export remembers its dataset and split; flags win.
     spec = recorded_dataset(args.model)
     spec = spec.with_name(args.dataset or spec.name or DATASET)
     result = evaluate(open_model(args.model), spec, split=args.split, batch_size=args.batch_size)
-    folder = folder_of(args.model)
+    folder = locate(args.model).folder
     write_report(result, args.output or folder)
     if args.json:
         print(json.dumps({k: v for k, v in result.items() if k != "confusion"}, indent=2))

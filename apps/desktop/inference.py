@@ -12,6 +12,7 @@ import time
 
 from keras_vit.inference.runtimes import TOP_K, open_model, ranked
 from keras_vit.storage.export_folder import ATTENTION_FILE
+from keras_vit.storage.locate import locate
 
 
 @dataclasses.dataclass
@@ -89,12 +90,8 @@ class LoadedModel:
             raise ValueError(f"{path} is not an image classifier (no image input with class names).")
         if runner.has_attention:
             return cls(path, runner, runner, f"{runner.kind} model")
-        sibling = os.path.join(os.path.dirname(path), ATTENTION_FILE)
-        if (
-            runner.kind == "tflite"
-            and os.path.exists(sibling)
-            and os.path.abspath(sibling) != os.path.abspath(path)
-        ):
+        sibling = locate(path).attention  # model_attention.tflite beside a .tflite, if there
+        if runner.kind == "tflite" and sibling is not None:
             try:
                 attention_runner = open_model(sibling)
             except ValueError:

@@ -5,19 +5,18 @@ import tempfile
 from pathlib import Path
 
 from keras_vit.apps.mobile import build, server
+from keras_vit.storage.locate import locate
 
 
 def resolve_model(path):
-    """A `.tflite` file, or an export folder holding `model.tflite`."""
-    path = Path(path)
-    if path.is_dir():
-        candidate = path / build.MODEL_FILE
-        if not candidate.is_file():
-            raise FileNotFoundError(
-                f"No {build.MODEL_FILE} in {path}; pass the .tflite that `keras-vit export` wrote."
-            )
-        return candidate
-    return path
+    """The `.tflite` to ship for `path`: a `.tflite` file, or an export folder holding one."""
+    located = locate(path)
+    if located.kind != "tflite":
+        raise ValueError(
+            f"{path} is a {located.kind} model; the phone app runs a .tflite: pass the .tflite or "
+            f"the export folder that `keras-vit export` wrote."
+        )
+    return Path(located.path)
 
 
 def run(

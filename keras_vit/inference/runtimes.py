@@ -14,8 +14,8 @@ import re
 import numpy as np
 
 from keras_vit import framework_logs
-from keras_vit.storage.export_folder import LABELS_FILE, TFLITE_FILE
-from keras_vit.storage.run_folder import MODEL_FILE
+from keras_vit.storage.export_folder import LABELS_FILE
+from keras_vit.storage.locate import locate
 
 # How many classes an answer lists: `keras-vit predict`, the apps, the SavedModel's outputs.
 TOP_K = 5
@@ -296,24 +296,16 @@ def needs_tensorflow(path):
 
 def _runner_for(path):
     """(the `Runner` class for `path`, the path it opens)."""
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"Model not found: {path}")
-    if os.path.isdir(path):
-        if os.path.exists(os.path.join(path, "saved_model.pb")):
-            return SavedModelRunner, path
-        if os.path.exists(os.path.join(path, MODEL_FILE)):
-            return KerasRunner, path
-        if os.path.exists(os.path.join(path, TFLITE_FILE)):  # an export-N folder: what the apps ship
-            return TFLiteRunner, os.path.join(path, TFLITE_FILE)
+    located = locate(path)
+    runners = {
+        "keras": KerasRunner,
+        "saved_model": SavedModelRunner,
+        "tflite": TFLiteRunner,
+        "onnx": OnnxRunner,
+    }
+    if located.kind not in runners:
         raise ValueError(
-            f"{path} is neither a run folder ({MODEL_FILE}), a SavedModel (saved_model.pb) nor an "
-            f"export folder ({TFLITE_FILE})."
+            f"{path} is a {located.kind}, not a model keras-vit runs: fine-tune from it with "
+            f"`keras-vit train --weights {path}`."
         )
-    runners = {".keras": KerasRunner, ".tflite": TFLiteRunner, ".onnx": OnnxRunner}
-    extension = os.path.splitext(path)[1].lower()
-    if extension not in runners:
-        raise ValueError(
-            f"Cannot run {path}: expected a .keras file, a run folder, a SavedModel folder, "
-            f"a .tflite or an .onnx."
-        )
-    return runners[extension], path
+    return runners[located.kind], located.path

@@ -14,13 +14,11 @@ import re
 import keras
 import numpy as np
 
+from keras_vit.model.formats import CHECKPOINT_SUFFIXES
 from keras_vit.model.layers import PatchEncoder
 from keras_vit.model.pos_embed import resample_position_embeddings
 
 logger = logging.getLogger(__name__)
-
-TORCH_SUFFIXES = (".pth", ".pt", ".bin")
-SUFFIXES = (".safetensors", ".npz") + TORCH_SUFFIXES
 
 
 class CheckpointMismatchError(ValueError):
@@ -71,9 +69,10 @@ def read_checkpoint(path):
     if os.path.isdir(path):
         raise ValueError(f"Expected a checkpoint file but {path} is a directory.")
     suffix = os.path.splitext(path)[1].lower()
-    if suffix not in SUFFIXES:
+    if suffix not in CHECKPOINT_SUFFIXES:
         raise ValueError(
-            f"Unknown checkpoint format {suffix!r} for {path}: expected one of {', '.join(SUFFIXES)}."
+            f"Unknown checkpoint format {suffix!r} for {path}: "
+            f"expected one of {', '.join(CHECKPOINT_SUFFIXES)}."
         )
     try:
         if suffix == ".safetensors":

@@ -15,7 +15,7 @@ were verified on; `ExportFolder` reads it for `keras-vit verify` and the apps.
 import os
 
 from keras_vit.files import read_json
-from keras_vit.storage.run_folder import DatasetSpec, RunFolder
+from keras_vit.storage.run_folder import DatasetSpec
 
 MANIFEST_FILE = "export.json"
 LABELS_FILE = "labels.txt"  # one class name per line: here, in SavedModel assets and in TFLite metadata
@@ -62,22 +62,3 @@ class ExportFolder:
         if ONNX_FILE in self.manifest["files"]:
             found["onnx"] = os.path.join(self.path, ONNX_FILE)
         return found
-
-
-def folder_of(model):
-    """The folder a model file's reports go beside: an exported file's `export-<N>` (also for
-    the SavedModel `<N>` beside it), else the run folder or the `.keras` file's folder."""
-    model = os.path.abspath(os.fspath(model))
-    if os.path.isdir(model) and os.path.exists(os.path.join(model, "saved_model.pb")):
-        sibling = os.path.join(os.path.dirname(model), f"export-{os.path.basename(model)}")
-        return sibling if os.path.isdir(sibling) else os.path.dirname(model)
-    return RunFolder.containing(model).path
-
-
-def recorded_dataset(model):
-    """The `DatasetSpec` recorded beside a model file: its export folder's manifest, else its
-    run's history; an unknown dataset for a file with neither."""
-    folder = folder_of(model)
-    if os.path.exists(os.path.join(folder, MANIFEST_FILE)):
-        return ExportFolder(folder).dataset_spec()
-    return RunFolder(folder).dataset_spec()

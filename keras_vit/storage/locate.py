@@ -9,13 +9,9 @@ which, the file to open and the folder its reports go beside; it reads no file's
 import dataclasses
 import os
 
-from keras_vit.storage.export_folder import ATTENTION_FILE, TFLITE_FILE
-from keras_vit.storage.run_folder import MODEL_FILE
-
-# Checkpoint files `keras_vit.load_weights` reads (timm, Hugging Face, Google).
-CHECKPOINT_SUFFIXES = (".safetensors", ".npz", ".pth", ".pt", ".bin")
-# The kinds of model `keras-vit predict`, `evaluate` and the apps run.
-RUNNABLE = ("keras", "saved_model", "tflite", "onnx")
+from keras_vit.model.formats import CHECKPOINT_SUFFIXES
+from keras_vit.storage.export_folder import ATTENTION_FILE, MANIFEST_FILE, TFLITE_FILE, ExportFolder
+from keras_vit.storage.run_folder import MODEL_FILE, RunFolder
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,11 +25,6 @@ class Located:
     path: str
     folder: str
     attention: str | None = None
-
-    @property
-    def uses_tensorflow(self):
-        """Whether running it loads TensorFlow: a `.tflite` or `.onnx` needs neither it nor Keras."""
-        return self.kind in ("keras", "saved_model")
 
 
 def locate(path):
@@ -60,8 +51,17 @@ def locate(path):
         return Located(kinds[extension], path, folder)
     raise ValueError(
         f"Cannot run {path}: expected a .keras file, a run folder, a SavedModel folder, "
-        f"an export folder, a .tflite or an .onnx."
+        f"a .tflite or an .onnx."
     )
+
+
+def recorded_dataset(path):
+    """The `DatasetSpec` recorded beside the model at `path`: its export folder's manifest, else
+    its run's history; an unknown dataset for a file with neither."""
+    folder = locate(path).folder
+    if os.path.exists(os.path.join(folder, MANIFEST_FILE)):
+        return ExportFolder(folder).dataset_spec()
+    return RunFolder(folder).dataset_spec()
 
 
 def _folder(path):

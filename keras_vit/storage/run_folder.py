@@ -77,12 +77,6 @@ class RunFolder:
     def __init__(self, path):
         self.path = os.fspath(path)
 
-    @classmethod
-    def containing(cls, model):
-        """The folder of `model`: a run folder itself, or a `.keras` file's folder."""
-        model = os.fspath(model)
-        return cls(model if os.path.isdir(model) else os.path.dirname(os.path.abspath(model)))
-
     def file(self, name):
         return os.path.join(self.path, name)
 

@@ -19,7 +19,7 @@ from keras_vit.files import write_bytes
 # names only them. A file that holds the training wrapper or keras-vit's optimizer needs
 # `keras_vit.training` too, which `import keras_vit` and the `keras-vit` command import.
 from keras_vit.model import vit  # noqa: F401
-from keras_vit.storage.run_folder import MODEL_FILE
+from keras_vit.storage.locate import locate
 
 
 def save_model(model, path):
@@ -57,13 +57,10 @@ def weights_file_bytes(model):
 
 def load_trained_model(path):
     """Loads a `.keras` file, or `model.keras` from a run folder."""
-    path = os.fspath(path)
-    if os.path.isdir(path):
-        path = os.path.join(path, MODEL_FILE)
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"Model not found: {path}")
-    if not path.endswith(".keras"):
-        raise ValueError(f"Expected a .keras file or a run folder, got {path}.")
+    located = locate(path)
+    if located.kind != "keras":
+        raise ValueError(f"Expected a .keras file or a run folder, got {os.fspath(path)}.")
+    path = located.path
     if not zipfile.is_zipfile(path):
         raise ValueError(
             f"{path} is not a Keras model file (a .keras file is a zip archive): damaged, or not a model."

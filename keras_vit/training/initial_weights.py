@@ -5,6 +5,8 @@ import logging
 import os
 
 from keras_vit.model import weights
+from keras_vit.model.formats import CHECKPOINT_SUFFIXES
+from keras_vit.storage.locate import locate
 from keras_vit.storage.run_folder import MODEL_FILE
 from keras_vit.storage.saving import load_trained_model
 
@@ -25,7 +27,7 @@ def load_weights(model, path):
         CheckpointMismatchError: the checkpoint does not fit the model; the message names the
             key and both shapes.
     """
-    if not is_trained_model(path):
+    if not _is_trained_model(path):
         return weights.load_weights(model, path)
     state = _trained_state(path, class_names=getattr(model, "class_names", None))
     return weights.load_state(model, state, source=os.fspath(path))
@@ -35,21 +37,29 @@ def check_source(path):
     """Refuses, in one line, what `load_weights` cannot start from: checked before a run builds
     anything, as `--teacher` is."""
     path = os.fspath(path)
-    takes = f"--weights takes a checkpoint ({', '.join(weights.SUFFIXES)}) or a run (.keras or run folder)"
+    takes = f"--weights takes a checkpoint ({', '.join(CHECKPOINT_SUFFIXES)}) or a run (.keras or run folder)"
     if not os.path.exists(path):
         raise FileNotFoundError(f"Weights not found: {path} ({takes}).")
-    if is_trained_model(path):
-        return
-    if os.path.isdir(path):
+    try:
+        kind = locate(path).kind
+    except ValueError:
+        kind = "folder" if os.path.isdir(path) else None
+    if kind == "folder":
         raise ValueError(f"{path} is a folder without a {MODEL_FILE}: {takes}.")
-    if os.path.splitext(path)[1].lower() not in weights.SUFFIXES:
+    if kind is None:
         raise ValueError(f"{path} is not a checkpoint keras-vit reads: {takes}.")
+    if kind not in ("keras", "checkpoint"):
+        raise ValueError(
+            f"{path} is an exported model ({kind}), whose weights cannot be trained on: {takes}."
+        )
 
 
-def is_trained_model(path):
+def _is_trained_model(path):
     """Whether `path` is a keras-vit `.keras` file or run folder (else a checkpoint file)."""
-    path = os.fspath(path)
-    return path.endswith(".keras") or os.path.exists(os.path.join(path, MODEL_FILE))
+    try:
+        return locate(path).kind == "keras"
+    except (FileNotFoundError, ValueError):
+        return False
 
 
 def _trained_state(path, class_names):
