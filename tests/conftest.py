@@ -81,7 +81,10 @@ def _shuffle_files_and_tests(items, seed):
 NATIVE_LOG_LINE = r"(?m)^([IWEF]\d{4} |WARNING: All log messages before absl|INFO: Created TensorFlow Lite)"
 
 # dim 32, depth 2, 32 x 32 images: the suite's standard model.
+# The tests' one tiny ViT (32x32 images, 8x8 patches of 4, width 32, 2 blocks); TINY_MODEL is its
+# size as overrides of a named config (`keras-vit train --override`).
 TINY = dict(image_size=32, patch_size=4, hidden_dim=32, depth=2, num_heads=4, mlp_dim=64, num_classes=10)
+TINY_MODEL = {key: TINY[key] for key in ("hidden_dim", "depth", "num_heads", "mlp_dim")}
 
 
 @pytest.fixture

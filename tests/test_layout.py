@@ -73,3 +73,24 @@ def test_at_most_twelve_modules_stand_directly_in_keras_vit():
         name for name in os.listdir(PACKAGE) if os.path.exists(os.path.join(PACKAGE, name, "__init__.py"))
     }
     assert rooms == {"model", "data", "storage", "inference", "training"}
+
+
+def test_the_tests_follow_the_rooms():
+    """tests/<room>/ for keras_vit's rooms, export/ and apps/; the product-wide checks at the top."""
+    tests = os.path.join(ROOT, "tests")
+    folders = {name for name in os.listdir(tests) if os.path.isdir(os.path.join(tests, name))}
+    assert folders - {"fixtures", "__pycache__"} <= {
+        "model",
+        "data",
+        "storage",
+        "inference",
+        "training",
+        "export",
+        "apps",
+    }
+    for folder in folders - {"fixtures", "__pycache__"}:
+        assert all(
+            name.startswith("test_")
+            for name in os.listdir(os.path.join(tests, folder))
+            if name.endswith(".py")
+        )

@@ -133,8 +133,12 @@ COMMANDS = {
     "keras-vit predict MODEL IMAGE...": Run(
         stand_ins=(("MODEL IMAGE...", "runs/flowers cat.jpg photos/rose/0.jpg"),)
     ),
-    "keras-vit app desktop --model M": Skip("opens a window: tests/test_desktop_app.py drives it offscreen"),
-    "keras-vit app mobile --model M.tflite": Skip("serves until stopped: tests/test_mobile_app.py drives it"),
+    "keras-vit app desktop --model M": Skip(
+        "opens a window: tests/apps/test_desktop_app.py drives it offscreen"
+    ),
+    "keras-vit app mobile --model M.tflite": Skip(
+        "serves until stopped: tests/apps/test_mobile_app.py drives it"
+    ),
     "keras-vit train --output runs/teacher --model vit_small_patch16_224 --image-size 32 "
     "--override patch_size=4 --epochs 30": Run(stand_ins=(("--epochs 30", f"--dataset photos {ONE_STEP}"),)),
     "keras-vit train --output runs/student --model deit_tiny_distilled_patch16_224 --image-size 32 "
@@ -146,7 +150,7 @@ COMMANDS = {
     ),
     "KERAS_BACKEND=jax keras-vit train --model vit_tiny_patch4_32 --precision mixed_bfloat16 "
     "--batch-size 512 --randaugment 2 --mixup 0.8 --cutmix 1.0 --output runs/cifar": Skip(
-        "JAX in a process of its own: tests/test_jax_backend.py trains, evaluates and exports there"
+        "JAX in a process of its own: tests/training/test_jax_backend.py trains, evaluates and exports there"
     ),
     "KERAS_BACKEND=jax keras-vit evaluate runs/cifar": Skip("as above"),
     "keras-vit export runs/cifar": Skip("as above"),

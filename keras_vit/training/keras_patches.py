@@ -19,7 +19,7 @@ def prepare_multi_worker_fit(model, strategy, sample_batch):
       are averaged over the workers with no axis.
 
     Both mended paths equal Keras' own once the bug is fixed;
-    tests/test_train.py::test_multi_worker_training_ends_with_the_same_weights_on_both_workers
+    tests/training/test_distribute.py::test_multi_worker_training_ends_with_the_same_weights_on_both_workers
     (two processes on 127.0.0.1) guards them.
     """
     from keras.src.backend.tensorflow import trainer as tensorflow_trainer

@@ -12,11 +12,10 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import NATIVE_LOG_LINE
+from conftest import NATIVE_LOG_LINE, TINY_MODEL
 
 pytest.importorskip("jax")
 
-TINY_MODEL = dict(hidden_dim=32, depth=2, num_heads=4, mlp_dim=64)
 TINY_FLAGS = [f"--override={k}={v}" for k, v in TINY_MODEL.items()]
 
 

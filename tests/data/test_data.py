@@ -10,7 +10,8 @@ import tensorflow as tf
 from keras_vit.data import datasets as data
 
 CIFAR10_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
-SHARED_CIFAR10 = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "datasets", "cifar10_png.zip")
+REPOSITORY = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, os.pardir)
+SHARED_CIFAR10 = os.path.join(REPOSITORY, "..", "shared", "datasets", "cifar10_png.zip")
 
 
 def test_cifar10_mini_is_a_stratified_subset_of_real_cifar10():
@@ -34,7 +35,7 @@ def test_cifar10_mini_is_a_stratified_subset_of_real_cifar10():
 def test_cifar10_mini_rebuilds_byte_for_byte_from_the_shared_archive(tmp_path):
     import runpy
 
-    script = os.path.join(os.path.dirname(__file__), "..", "scripts", "make_cifar10_mini.py")
+    script = os.path.join(REPOSITORY, "scripts", "make_cifar10_mini.py")
     build = runpy.run_path(script)["build"]
     build(SHARED_CIFAR10, str(tmp_path / "mini.zip"), train_per_class=300, test_per_class=50, seed=0)
     digest = lambda p: hashlib.md5(open(p, "rb").read()).hexdigest()  # noqa: E731

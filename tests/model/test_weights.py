@@ -320,14 +320,14 @@ def test_hugging_face_transformers_checkpoints_give_transformers_logits(
 ):
     """`save_pretrained` writes the hub's key names (google/vit-base-patch16-224 and kin)."""
     transformers = pytest.importorskip("transformers")
-    config = transformers.ViTConfig(
-        image_size=32,
-        patch_size=4,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=64,
-        num_labels=10,
+    config = transformers.ViTConfig(  # the tiny ViT in transformers' names
+        image_size=tiny_config["image_size"],
+        patch_size=tiny_config["patch_size"],
+        hidden_size=tiny_config["hidden_dim"],
+        num_hidden_layers=tiny_config["depth"],
+        num_attention_heads=tiny_config["num_heads"],
+        intermediate_size=tiny_config["mlp_dim"],
+        num_labels=tiny_config["num_classes"],
         layer_norm_eps=1e-12,
     )
     torch.manual_seed(7)

@@ -9,13 +9,13 @@ import sys
 import time
 
 import keras
+import kill_after_backup  # tests/ is on the path (conftest.py's folder), as for full_disk
 import numpy as np
 import pytest
+from conftest import TINY_MODEL
 
 from keras_vit.training.config import TrainConfig
 from keras_vit.training.train import build_model, compile_training_model, train
-
-TINY_MODEL = dict(hidden_dim=32, depth=2, num_heads=4, mlp_dim=64)
 
 
 def _config(dataset, output, **changes):
@@ -228,7 +228,7 @@ def test_files_that_do_not_decode_are_refused_by_name_before_anything_is_written
         assert not output.exists()
 
 
-KILL_AFTER_BACKUP = os.path.join(os.path.dirname(__file__), "kill_after_backup.py")
+KILL_AFTER_BACKUP = kill_after_backup.__file__
 
 
 def test_killed_again_and_again_it_ends_exactly_like_an_uninterrupted_run(colors_dataset, tmp_path):
@@ -238,7 +238,7 @@ def test_killed_again_and_again_it_ends_exactly_like_an_uninterrupted_run(colors
     import random
     import zipfile
 
-    from kill_after_backup import KILLED  # tests/ is on the path, as for full_disk
+    KILLED = kill_after_backup.KILLED
 
     def args(output):
         return [

@@ -10,7 +10,7 @@ import keras_vit
 from keras_vit.training.augment import BatchAugmentation
 from keras_vit.training.optimizers import AdamW
 
-FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures")
+FIXTURES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixtures")
 
 
 def test_a_vit_saved_before_the_move_loads_and_gives_the_same_logits():

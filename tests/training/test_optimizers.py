@@ -1,5 +1,5 @@
 """keras_vit.training.optimizers.AdamW: layer-wise learning-rate decay (the all-reduced clipping is
-tested under MirroredStrategy in test_train.py)."""
+tested under MirroredStrategy in test_distribute.py)."""
 
 import keras
 import numpy as np

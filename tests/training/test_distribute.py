@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import numpy as np
-from test_train import TINY_MODEL
+from conftest import TINY_MODEL
 
 LOGICAL_CPUS = """
 import json, sys

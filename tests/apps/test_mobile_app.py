@@ -466,7 +466,7 @@ def test_a_non_editable_install_builds_the_app_without_writing_into_the_package(
 
     source = tmp_path / "source"
     shutil.copytree(
-        Path(__file__).resolve().parents[1],
+        Path(__file__).resolve().parents[2],  # the repository
         source,
         ignore=shutil.ignore_patterns(
             ".*", "node_modules", "runs", "exports", "build", "*.egg-info", "__pycache__"

@@ -13,6 +13,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from conftest import TINY
 
 import keras_vit
 from keras_vit.cli import main
@@ -42,13 +43,7 @@ def tiny_model_file(tmp_path_factory, cifar_images):
         0
     )  # the same weights every run: a quantized variant's top-1 on near-ties is too
     model = keras_vit.ViT(
-        image_size=32,
-        patch_size=4,
-        hidden_dim=32,
-        depth=2,
-        num_heads=4,
-        mlp_dim=64,
-        num_classes=10,
+        **TINY,
         image_mean=[0.5] * 3,
         image_std=[0.25] * 3,
         class_names=class_names,
@@ -294,7 +289,7 @@ def test_predict_on_a_tflite_or_onnx_prints_only_its_answer_and_loads_no_framewo
 ):
     """A `.tflite` (or an export folder's) and an `.onnx` run on LiteRT and ONNX Runtime with a
     NumPy resize: no TensorFlow (4 s to import), no Keras; LiteRT's start-up lines stay off the
-    output. A SavedModel loads TensorFlow, quietly. tests/test_jax_backend.py checks train,
+    output. A SavedModel loads TensorFlow, quietly. tests/training/test_jax_backend.py checks train,
     evaluate and export the same way."""
     from conftest import NATIVE_LOG_LINE
 
