@@ -87,8 +87,8 @@ def main():
     _, images, labels, split, _ = held_out_images(spec, classifier.image_size, limit=args.images)
     reference = KerasRunner(classifier.model).predict(images)
     keras_accuracy = float((reference.argmax(1) == labels).mean())
-    representative = tflite.representative_images(dataset, classifier.image_size, count=args.calibration)
-    large_set = tflite.representative_images(dataset, classifier.image_size, count=4 * args.calibration)
+    representative = tflite.representative_images(spec, classifier.image_size, count=args.calibration)
+    large_set = tflite.representative_images(spec, classifier.image_size, count=4 * args.calibration)
 
     variants = {
         name: (lambda v=name: tflite.convert(classifier, v, representative)) for name in tflite.VARIANTS

@@ -250,9 +250,7 @@ def _convert(classifier, staging, formats, variants, spec, int8_input, calibrati
         files["saved_model"] = staging.saved_model
     representative = None
     if "int8" in variants:
-        representative = tflite.representative_images(
-            spec.name, classifier.image_size, count=calibration_images, seed=spec.seed
-        )
+        representative = tflite.representative_images(spec, classifier.image_size, count=calibration_images)
     for variant in variants:
         logger.info("Converting TFLite %s ...", variant)
         if variant == "attention":

@@ -14,7 +14,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_vit import framework_logs
-from keras_vit.data import datasets, pipeline
+from keras_vit.data import pipeline
 from keras_vit.model.attention import AttentionRollout
 
 logger = logging.getLogger(__name__)
@@ -160,11 +160,12 @@ def check_builtin_ops(flatbuffer):
         )
 
 
-def representative_images(dataset, image_size, count=200, seed=0):
+def representative_images(spec, image_size, count=200):
     """`count` training images (all of them, when there are fewer), decoded and resized as in
-    training, for int8 calibration."""
-    folder = datasets.load_dataset(dataset, seed=seed)
-    split = folder["train"]
+    training, for int8 calibration. `spec`: the run's `DatasetSpec`, whose validation split and
+    seed leave out the images its verification holds out."""
+    dataset, seed = spec.name, spec.seed
+    split = spec.load()["train"]
     if len(split) < count:
         logger.info(
             "Calibrating int8 on the %d training images of %s (%d asked): the ranges it sets come "

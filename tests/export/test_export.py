@@ -559,3 +559,22 @@ def test_predict_takes_an_export_folder_and_folders_of_images(export_folder, tmp
     assert results[0]["top_k"] == results[3]["top_k"]
     tflite = main(["predict", os.path.join(export_folder["folder"], "model.tflite"), str(photos), "--json"])
     assert tflite == 0 and json.loads(capsys.readouterr().out) == results[:3]
+
+
+def test_int8_calibrates_on_the_runs_training_images_only(colors_dataset):
+    """The run's validation split decides what calibration may see: never the images its
+    verification holds out (calibration once carved the default 10% instead of the run's)."""
+    from keras_vit.storage.run_folder import DatasetSpec
+
+    spec = DatasetSpec(colors_dataset, validation_split=0.5, seed=3)
+    split = spec.load()
+    calibration = tflite.representative_images(spec, (32, 32), count=1000)
+    assert len(calibration) == len(split["train"]) == len(split["validation"])  # half of the 72
+    held_out = {bytes(pixels) for pixels in _decoded(split["validation"])}
+    assert not any(bytes(image.astype(np.uint8)) in held_out for image in calibration)
+
+
+def _decoded(split):
+    from keras_vit.data import images
+
+    return [images.load_image(path) for path in split.images]
