@@ -40,12 +40,12 @@ class Skip:
     reason: str
 
 
-# Training commands take one step of 4 images with two blocks, without XLA's compile: what they
+# Training commands take one step of 4 images with one block, without XLA's compile: what they
 # write is checked, not how well they learn (tracing 12 blocks costs ~10 s a model on CI's CPU).
-ONE_STEP = "--epochs 1 --steps-per-epoch 1 --batch-size 4 --no-jit-compile --override depth=2"
+ONE_STEP = "--epochs 1 --steps-per-epoch 1 --batch-size 4 --no-jit-compile --override depth=1"
 # The model the README exports learns photos/ (colours, easy) in 24 steps instead: a model of one
 # step has near-tied classes, which the quantised variants reorder, failing their agreement check.
-LEARNS_PHOTOS = "--dataset photos --epochs 8 --batch-size 7 --no-jit-compile --override depth=2"
+LEARNS_PHOTOS = "--dataset photos --epochs 8 --batch-size 7 --no-jit-compile --override depth=1"
 # Exports verify on 20 held-out images instead of 500.
 FEW_IMAGES = "--verify-images 20"
 
@@ -64,8 +64,8 @@ for label, name in enumerate(("daisy", "rose", "tulip")):  # photos/: a user's c
         pixels[..., label] += 160
         Image.fromarray(pixels).save(f"photos/{name}/{i}.jpg", quality=90)
 Image.fromarray(rng.integers(0, 256, (60, 50, 3), dtype=np.uint8)).save("cat.jpg")
-# A timm checkpoint as downloaded from a hub, with random weights and two blocks (as ONE_STEP).
-tiny = timm.create_model("vit_tiny_patch16_224", pretrained=False, depth=2)
+# A timm checkpoint as downloaded from a hub, with random weights and one block (as ONE_STEP).
+tiny = timm.create_model("vit_tiny_patch16_224", pretrained=False, depth=1)
 safetensors.torch.save_file(tiny.state_dict(), "vit_tiny_patch16_224.safetensors")
 """
 
@@ -73,7 +73,7 @@ PYTHON_BLOCKS = {
     "import keras": Run(
         stand_ins=(
             ("image_size=(384, 384), batch_size=32", "image_size=(64, 64), batch_size=8"),
-            ('"vit_base_patch16_384",', '"vit_tiny_patch16_384", image_size=64, depth=2,'),
+            ('"vit_base_patch16_384",', '"vit_tiny_patch16_384", image_size=64, depth=1,'),
             ('"vit_base_patch16_224.augreg_in21k_ft_in1k.safetensors"', '"vit_tiny_patch16_224.safetensors"'),
             ("epochs=10", "epochs=1"),
         ),
@@ -88,10 +88,10 @@ assert vit_48.image_size == (48, 48) and vit.dtype_policy.name == "mixed_bfloat1
 """,
     ),
     "grids = keras_vit.features.intermediates(model, images, indices=[3, 7, 11], norm=True)": Run(
-        stand_ins=(("indices=[3, 7, 11]", "indices=[0, 1]"), ("indices=[3, 7, 11]", "indices=[0, 1]")),
+        stand_ins=(("indices=[3, 7, 11]", "indices=[0]"), ("indices=[3, 7, 11]", "indices=[0]")),
         prelude="images = next(iter(val_ds))[0]  # a batch of the Use block's validation images",
         check="""
-assert [grid.shape[1:3] for grid in grids] == [(4, 4)] * 2
+assert [grid.shape[1:3] for grid in grids] == [(4, 4)]
 assert os.path.exists("vit_features/saved_model.pb")
 assert printed == "", printed  # verbose=False: no capture dump
 """,
@@ -127,9 +127,7 @@ COMMANDS = {
         ),
     ),
     "keras-vit evaluate runs/flowers": Run(check='assert os.path.exists("runs/flowers/confusion.png")'),
-    "keras-vit export runs/flowers": Run(
-        stand_ins=(("runs/flowers", f"runs/flowers --format tflite {FEW_IMAGES}"),)
-    ),
+    "keras-vit export runs/flowers": Skip("the Export section runs the same command on runs/latest"),
     "keras-vit predict MODEL IMAGE...": Run(
         stand_ins=(("MODEL IMAGE...", "runs/flowers cat.jpg photos/rose/0.jpg"),)
     ),
