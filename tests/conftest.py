@@ -19,7 +19,7 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 # The slowest files first (minutes each: subprocess training runs, exports, a browser).
-# scripts/test.sh runs two pytest-xdist workers that take one file at a time, in this order
+# scripts/test.sh runs three pytest-xdist workers that take one file at a time, in this order
 # (--no-loadscope-reorder): a slow file left for last would run alone at the end.
 SLOWEST_FILES = (
     "test_reliability.py",
