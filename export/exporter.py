@@ -25,6 +25,7 @@ import time
 import keras
 
 from keras_vit import __version__
+from keras_vit.data.contract import InputContract
 from keras_vit.export import metadata, onnx_model, serving, tflite
 from keras_vit.export.verify import format_table, verify_exports, write_report
 from keras_vit.files import DiskFullError, folder_size, is_disk_full, write_bytes, write_json
@@ -294,8 +295,7 @@ def _manifest(classifier, source, spec, version, formats, variants, files):
         "image_size": list(classifier.image_size),
         "channels": classifier.channels,
         "class_names": classifier.class_names,
-        "input": "RGB pixels in [0, 255], resized to image_size (bilinear, antialiased); "
-        "normalisation is inside the model",
+        "input": InputContract.of(classifier).description()["input"],
         "saved_model": f"../{version}" if "saved_model" in formats else None,
         "files": sorted(os.path.basename(p) for kind, p in files.items() if kind != "saved_model"),
         "tflite_variants": list(variants),

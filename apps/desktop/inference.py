@@ -104,9 +104,9 @@ class LoadedModel:
 
     def preprocess(self, image):
         """Upright RGB uint8 pixels -> the model's float32 input, resized as in training."""
-        from keras_vit.data.images import resize
+        from keras_vit.data.contract import InputContract
 
-        return resize(image, self.image_size)
+        return InputContract(tuple(self.image_size)).resize(image)
 
     def classify(self, image, with_attention=True, top_k=TOP_K):
         """Classifies one RGB uint8 image; the attention map too when asked and available."""

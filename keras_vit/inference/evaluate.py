@@ -11,7 +11,8 @@ import os
 
 import numpy as np
 
-from keras_vit.data import datasets, images
+from keras_vit.data import datasets
+from keras_vit.data.contract import InputContract
 from keras_vit.files import write_json
 from keras_vit.inference.runtimes import KerasRunner, Runner
 from keras_vit.storage import plots
@@ -67,7 +68,7 @@ def _image_batches(split, image_size, batch_size, tensorflow):
     """Float32 `(n, height, width, 3)` batches of `split`'s images at `image_size`, in order.
 
     Without `tensorflow` (a `.tflite` or `.onnx` runner), a folder or `.zip` split is decoded
-    by `images.load_image` and resized by `images.resize`: `keras-vit evaluate` then starts
+    by the input contract (`keras_vit.data.contract`, Pillow and NumPy): `keras-vit evaluate` then starts
     as fast as `predict`. tfds splits always go through tf.data.
     """
     if tensorflow or not isinstance(split, datasets.Split):
@@ -79,10 +80,12 @@ def _image_batches(split, image_size, batch_size, tensorflow):
         yield from (batch["images"] for batch in batches.as_numpy_iterator())
         return
 
+    contract = InputContract(tuple(image_size))
+
     def read(index):
         source = split.images[index]
         try:
-            return images.resize(images.load_image(source), image_size)
+            return contract.read(source)
         except ValueError as error:
             if isinstance(source, str):  # the message names the file
                 raise

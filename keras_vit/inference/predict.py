@@ -4,18 +4,19 @@ import os
 
 import numpy as np
 
-from keras_vit.data.images import load_image, resize
+from keras_vit.data.contract import InputContract
 from keras_vit.inference.runtimes import TOP_K, ranked
 
 
 def read_image(path, image_size):
-    """Reads one image file (any mode, EXIF-rotated) to float32 pixels in [0, 255] at `image_size`.
+    """Reads one image file (any mode, EXIF-rotated) to float32 pixels in [0, 255] at `image_size`,
+    by the input contract (`keras_vit.data.contract`).
 
     Raises:
         FileNotFoundError: no file at `path`.
         ValueError: the file is a directory, empty, or not a decodable image.
     """
-    return resize(load_image(path), image_size)
+    return InputContract(tuple(image_size)).read(path)
 
 
 def predict_files(runner, paths, top_k=TOP_K):
@@ -36,11 +37,12 @@ def iter_predictions(runner, paths, top_k=TOP_K, batch_size=32):
     """`predict_files`' dicts one by one, in order, as each batch of `batch_size` images is
     classified: memory holds one batch whatever the number of paths, and a caller can show
     each answer as it comes."""
+    contract = InputContract.of(runner)
     pending, images = [], 0  # (result, image or None), in the order of `paths`
     for path in paths:
         result = {"path": os.fspath(path)}
         try:
-            pending.append((result, read_image(path, runner.image_size)))
+            pending.append((result, contract.read(path)))
             images += 1
         except (FileNotFoundError, ValueError) as error:
             result["error"] = str(error)

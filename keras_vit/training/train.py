@@ -23,6 +23,7 @@ import zipfile
 import keras
 
 from keras_vit.data import pipeline
+from keras_vit.data.contract import InputContract
 from keras_vit.files import write_json
 from keras_vit.model.vit import create_model
 from keras_vit.storage import plots
@@ -298,13 +299,13 @@ def _teacher_cost(teacher, run_data, config):
 
 
 def _preprocessing(config):
-    return {
-        "image_size": [config.image_size, config.image_size],
-        "image_mean": list(config.image_mean),
-        "image_std": list(config.image_std),
-        "input_range": [0, 255],
-        "resize": "bilinear, antialiased, to image_size",
-    }
+    """The run's input contract, recorded in `preprocessing.json`: a resume must keep it."""
+    contract = InputContract(
+        (config.image_size, config.image_size),
+        image_mean=list(config.image_mean),
+        image_std=list(config.image_std),
+    )
+    return contract.description()
 
 
 def _check_same_run(run, class_names, preprocessing):
