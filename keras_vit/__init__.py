@@ -8,6 +8,7 @@ Importing the package registers its layers and the `ViT` model with Keras,
 so `keras.models.load_model("model.keras")` works after `import keras_vit`.
 """
 
+import importlib
 import os
 import sys
 
@@ -24,32 +25,40 @@ def _command_line_is_starting():
     return "keras_vit_cli" in sys.modules or getattr(sys, "argv", [])[:1] == ["-m"]
 
 
-if not _command_line_is_starting():
-    from keras_vit.data import pipeline
-    from keras_vit.model import features, layers
-    from keras_vit.model.complexity import forward_flops, parameter_count, training_flops
-    from keras_vit.model.configs import list_models
-    from keras_vit.model.pos_embed import resample_position_embeddings
-    from keras_vit.model.vit import ViT, create_model, resize_model
-    from keras_vit.model.weights import CheckpointMismatchError
-    from keras_vit.training import optimizers
-    from keras_vit.training.initial_weights import load_weights
-    from keras_vit.training.training_model import TrainingModel
+# The public API: each name and where it lives (the module itself, for `features`, `layers`,
+# `optimizers` and `pipeline`).
+_PUBLIC = {
+    "CheckpointMismatchError": "keras_vit.model.weights",
+    "TrainingModel": "keras_vit.training.training_model",
+    "ViT": "keras_vit.model.vit",
+    "create_model": "keras_vit.model.vit",
+    "features": "keras_vit.model.features",
+    "forward_flops": "keras_vit.model.complexity",
+    "layers": "keras_vit.model.layers",
+    "list_models": "keras_vit.model.configs",
+    "load_weights": "keras_vit.training.initial_weights",
+    "optimizers": "keras_vit.training.optimizers",
+    "parameter_count": "keras_vit.model.complexity",
+    "pipeline": "keras_vit.data.pipeline",
+    "resample_position_embeddings": "keras_vit.model.pos_embed",
+    "resize_model": "keras_vit.model.vit",
+    "training_flops": "keras_vit.model.complexity",
+}
+__all__ = sorted(_PUBLIC)
 
-__all__ = [
-    "CheckpointMismatchError",
-    "TrainingModel",
-    "ViT",
-    "create_model",
-    "features",
-    "forward_flops",
-    "layers",
-    "list_models",
-    "load_weights",
-    "optimizers",
-    "parameter_count",
-    "pipeline",
-    "resample_position_embeddings",
-    "resize_model",
-    "training_flops",
-]
+
+def __getattr__(name):
+    """A public name, imported on first use: a process the command line started imports none
+    of them up front, and still finds them all."""
+    if name not in _PUBLIC:
+        raise AttributeError(f"module 'keras_vit' has no attribute {name!r}")
+    module = importlib.import_module(_PUBLIC[name])
+    value = module if _PUBLIC[name].endswith("." + name) else getattr(module, name)
+    globals()[name] = value
+    return value
+
+
+if not _command_line_is_starting():
+    # Eagerly: importing the package registers its layers and the ViT with Keras.
+    for _name in __all__:
+        __getattr__(_name)

@@ -220,3 +220,20 @@ def test_train_flags_and_their_defaults_come_from_the_settings_declarations(caps
         if field.metadata.get("flag"):
             flag = "--" + field.name.replace("_", "-")
             assert flag in text and f"(default: {TrainConfig.default_text(field.name)})" in text, flag
+
+
+def test_the_public_api_answers_in_a_process_the_command_line_started(tmp_path):
+    """`keras_vit_cli` keeps `import keras_vit` from loading TensorFlow up front; every public name
+    still resolves, each on first use (a notebook that imported the CLI first once saw none)."""
+    script = (
+        "import sys, keras_vit_cli, keras_vit\n"
+        "names = keras_vit.list_models()\n"
+        "tensorflow_before = 'tensorflow' in sys.modules\n"
+        "model = keras_vit.create_model('vit_nano_patch4_32', depth=1)\n"
+        "print(names[0], tensorflow_before, type(model).__name__)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.split() == ["deit3_base_patch16_224", "False", "ViT"]
