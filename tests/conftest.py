@@ -28,6 +28,7 @@ SLOWEST_FILES = (
     "test_jax_backend.py",
     "test_export.py",
     "test_readme.py",
+    "test_readme_export.py",
     "test_mobile_app.py",
     "test_benchmarks.py",
     "test_desktop_app.py",

@@ -33,6 +33,7 @@ class Run:
     prelude: str = ""
     check: str = ""
     tfds_mock: bool = False  # tfds reads generated examples (tfds.testing.mock_data): no download
+    part: str | None = None  # which session runs it, when not its section's (see PARTS)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,7 +114,8 @@ COMMANDS = {
     "pip install -e .[dev]": Skip("as above"),
     "pip install -e .[jax]": Skip("as above"),
     "keras-vit models": Run(),
-    "keras-vit train": Run(
+    "keras-vit train": Run(  # makes runs/latest, which the Export section exports
+        part="export",
         stand_ins=(("keras-vit train", f"keras-vit train {LEARNS_PHOTOS}"),),
         check='assert os.path.exists("runs/latest/model.keras")',
     ),
@@ -194,13 +196,24 @@ assert os.path.exists("exports/vit_nano_patch4_32/1/saved_model.pb")
 }
 
 
-def _blocks():
-    """(language, first line (up to a gap of spaces), text) of each fenced block, in order."""
+# The README runs as two sessions in two test files (tests/test_readme_export.py runs the
+# second), so that two workers share its minute and a half: the sections up to the command line,
+# then Export and what follows.
+PARTS = ("use", "export")
+FIRST_SECTION_OF_EXPORT = "## Export"
+
+
+def _blocks(with_part=False):
+    """(language, first line (up to a gap of spaces), text) of each fenced block, in order; with
+    its part of the README (`PARTS`) too when `with_part`."""
     text = open(README, encoding="utf-8").read()
-    return [
-        (language, re.split(r"\s{2,}", body.splitlines()[0].strip())[0], body)
-        for language, body in re.findall(r"^```(\w*)\n(.*?)^```", text, re.M | re.S)
-    ]
+    export_from = text.index(FIRST_SECTION_OF_EXPORT)
+    blocks = []
+    for found in re.finditer(r"^```(\w*)\n(.*?)^```", text, re.M | re.S):
+        language, body = found.groups()
+        block = (language, re.split(r"\s{2,}", body.splitlines()[0].strip())[0], body)
+        blocks.append(block + ((PARTS[found.start() > export_from],) if with_part else ()))
+    return blocks
 
 
 def _commands(body):
@@ -220,10 +233,11 @@ def _with_stand_ins(text, entry, where):
     return text
 
 
-def _session_steps():
-    """The README's runnable blocks and commands, in order, as steps for SESSION."""
+def _session_steps(part):
+    """The README's runnable blocks and commands of `part` (one of `PARTS`), in order, as steps
+    for SESSION."""
     steps = [{"name": "scratch files", "kind": "python", "code": SCRATCH_FILES, "block": "", "check": ""}]
-    for language, first_line, body in _blocks():
+    for language, first_line, body, section_part in _blocks(with_part=True):
         if language == "python":
             entries = [(first_line, PYTHON_BLOCKS.get(first_line), body)]
         elif language == "bash":
@@ -232,7 +246,7 @@ def _session_steps():
             entries = [(first_line, LISTINGS.get(first_line), None)]
         for key, entry, code in entries:
             assert entry is not None, f"README block or command not sorted into tests/test_readme.py: {key!r}"
-            if isinstance(entry, Skip):
+            if isinstance(entry, Skip) or (entry.part or section_part) != part:
                 continue
             step = {"name": key[:80], "block": body, "check": entry.check, "tfds_mock": entry.tfds_mock}
             if code is None:
@@ -282,8 +296,13 @@ print(f"=== all ran (at {time.monotonic() - START:.1f} s)", flush=True)
 """
 
 
-def test_every_readme_block_runs_or_says_why_not(tmp_path):
-    steps = _session_steps()
+def test_every_readme_block_up_to_the_command_line_runs_or_says_why_not(tmp_path):
+    run_session(tmp_path, "use")
+
+
+def run_session(tmp_path, part):
+    """Runs the README's `part` in one Python process in a scratch folder; fails naming the step."""
+    steps = _session_steps(part)
     (tmp_path / "steps.json").write_text(json.dumps(steps))
     scratch = tmp_path / "scratch"
     scratch.mkdir()
