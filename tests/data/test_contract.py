@@ -2,17 +2,18 @@
 
 import numpy as np
 from conftest import TINY
+from PIL import Image
 
 import keras_vit
 from keras_vit.data.contract import InputContract
+from keras_vit.data.images import resize
+from keras_vit.inference.classifier import load_classifier
 
 
-def test_the_contract_is_read_from_the_model_and_carried_by_its_exports(tmp_path):
+def test_the_contract_is_read_from_the_model_and_carried_by_its_exports():
     model = keras_vit.ViT(**TINY, image_mean=[0.5] * 3, image_std=[0.25] * 3, class_names=list("abcdefghij"))
     contract = InputContract.of(model)
     assert contract == InputContract((32, 32), 3, list("abcdefghij"), [0.5] * 3, [0.25] * 3)
-    from keras_vit.inference.classifier import load_classifier
-
     assert InputContract.of(load_classifier(model)).image_size == contract.image_size
 
 
@@ -30,15 +31,11 @@ def test_a_run_recorded_before_the_contract_still_resumes():
 
 
 def test_reading_a_file_is_decoding_upright_then_the_one_resize(tmp_path):
-    from PIL import Image
-
     pixels = np.random.default_rng(0).integers(0, 256, (20, 30, 3), dtype=np.uint8)
     exif = Image.Exif()
     exif[0x0112] = 8  # shown rotated 90 degrees counter-clockwise
     Image.fromarray(pixels).save(tmp_path / "photo.png", exif=exif.tobytes())
     read = InputContract((10, 5)).read(tmp_path / "photo.png")
     upright = np.rot90(pixels)  # 30 x 20
-    from keras_vit.data.images import resize
-
     np.testing.assert_allclose(read, resize(upright, (10, 5)), atol=1e-4)
     assert read.shape == (10, 5, 3) and read.dtype == np.float32
