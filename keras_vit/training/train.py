@@ -162,6 +162,8 @@ def compile_training_model(config, classifier, total_steps, warmup_steps, execut
         jit_compile=config.jit_compile and not on_tensorflow,
         steps_per_execution=execution_steps,
     )
+    # Built now, not inside the first traced step: a step that makes variables is traced twice.
+    model.optimizer.build(model.trainable_variables)
     return model
 
 
