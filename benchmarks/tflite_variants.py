@@ -23,6 +23,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
+from keras_vit.data.contract import InputContract  # noqa: E402
 from keras_vit.data.datasets import DATASET  # noqa: E402
 from keras_vit.export import metadata, tflite  # noqa: E402
 from keras_vit.export.verify import held_out_images, latency_ms  # noqa: E402
@@ -84,7 +85,7 @@ def main():
         classifier = load_classifier(model)
     else:
         classifier = load_classifier(args.model)
-    _, images, labels, split, _ = held_out_images(spec, classifier.image_size, limit=args.images)
+    _, images, labels, split, _ = held_out_images(spec, InputContract.of(classifier), limit=args.images)
     reference = KerasRunner(classifier.model).predict(images)
     keras_accuracy = float((reference.argmax(1) == labels).mean())
     representative = tflite.representative_images(spec, classifier.image_size, count=args.calibration)

@@ -16,7 +16,8 @@ import os
 
 import tensorflow as tf
 
-from keras_vit.data.pipeline import decode_upright, resize, starts_with
+from keras_vit.data.contract import InputContract
+from keras_vit.data.pipeline import starts_with
 from keras_vit.inference.runtimes import TOP_K
 from keras_vit.storage.export_folder import LABELS_FILE
 
@@ -139,9 +140,10 @@ def _classify_images(classifier, images):
 
 
 def _decode_batch(classifier, image_bytes):
-    """Encoded images -> float32 pixels at the model's size, as the training pipeline decodes them."""
-    height, width = classifier.image_size
-    channels = classifier.channels
+    """Encoded images -> float32 pixels at the model's size, read by the model's input contract
+    (as training reads them), each checked first for what a server must refuse."""
+    contract = InputContract.of(classifier)
+    (height, width), channels = contract.image_size, contract.channels
 
     def decode(item):
         encoded, index = item
@@ -168,12 +170,7 @@ def _decode_batch(classifier, image_bytes):
         )
         small_enough = image_width * image_height <= MAX_PIXELS
         with tf.control_dependencies([tf.debugging.Assert(small_enough, [too_large])]):
-            image = (
-                decode_upright(encoded)
-                if channels == 3
-                else tf.io.decode_image(encoded, channels=channels, expand_animations=False)
-            )
-        image = resize(image, (height, width))
+            image = contract.decode_and_resize(encoded, tensor_ops_only=True)
         return tf.ensure_shape(image, (height, width, channels))
 
     indices = tf.range(tf.shape(image_bytes)[0])

@@ -14,7 +14,7 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from keras_vit.data import pipeline
+from keras_vit.data.contract import InputContract
 from keras_vit.files import atomic_write, write_json
 from keras_vit.inference.runtimes import KerasRunner, open_model
 from keras_vit.storage.export_folder import VERIFICATION_FILES, ExportFolder
@@ -31,8 +31,9 @@ TARGETS = {
 }
 
 
-def held_out_images(spec, image_size, split=None, limit=500):
-    """A seeded sample of a held-out split (`spec.held_out`): encoded bytes, float32 pixels and labels.
+def held_out_images(spec, contract, split=None, limit=500):
+    """A seeded sample of a held-out split (`spec.held_out`): encoded bytes, float32 pixels and labels,
+    the pixels read by the model's input `contract` (an `InputContract`).
 
     Returns:
         `(encoded, images, labels, split, class_names)`: a list of bytes,
@@ -48,7 +49,7 @@ def held_out_images(spec, image_size, split=None, limit=500):
         if not isinstance(image, bytes):  # tfds gives decoded uint8 arrays
             image = tf.io.encode_png(image).numpy()
         encoded.append(image)
-        images.append(pipeline.resize(pipeline.decode_image(tf.constant(image)), image_size).numpy())
+        images.append(contract.decode_and_resize(tf.constant(image)).numpy())
         labels.append(int(label))
     return encoded, np.stack(images), np.asarray(labels), split, list(folder.class_names)
 
@@ -113,7 +114,7 @@ def verify_exports(keras_model, files, spec, split=None, limit=500):
     """
     reference_runner = KerasRunner(keras_model)
     encoded, images, labels, split, class_names = held_out_images(
-        spec, reference_runner.image_size, split, limit
+        spec, InputContract.of(reference_runner), split, limit
     )
     if class_names != list(reference_runner.class_names):
         raise ValueError(

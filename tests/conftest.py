@@ -88,6 +88,38 @@ TINY = dict(image_size=32, patch_size=4, hidden_dim=32, depth=2, num_heads=4, ml
 TINY_MODEL = {key: TINY[key] for key in ("hidden_dim", "depth", "num_heads", "mlp_dim")}
 
 
+def encoded_in_every_format():
+    """(name, bytes) of one photo-like image in every format a dataset may hold: EXIF-rotated
+    JPEG, progressive JPEG, gray and transparent PNG, GIF, BMP, WebP and TIFF."""
+    import io
+
+    from PIL import Image
+
+    rng = np.random.default_rng(1)
+    smooth = np.cumsum(rng.integers(0, 9, (30, 44, 3)), axis=1).clip(0, 255).astype(np.uint8)
+    photo = Image.fromarray(smooth)
+    exif = Image.Exif()
+    exif[0x0112] = 6  # shown rotated 90 degrees clockwise
+
+    def encoded(image, format, **options):
+        buffer = io.BytesIO()
+        image.save(buffer, format, **options)
+        return buffer.getvalue()
+
+    transparent = photo.convert("RGBA")
+    transparent.putalpha(Image.fromarray(rng.integers(0, 256, (30, 44), np.uint8)))
+    return [
+        ("rotated.jpg", encoded(photo, "JPEG", quality=90, exif=exif.tobytes())),
+        ("progressive.jpg", encoded(photo, "JPEG", progressive=True)),
+        ("gray.png", encoded(photo.convert("L"), "PNG")),
+        ("transparent.png", encoded(transparent, "PNG")),
+        ("palette.gif", encoded(photo, "GIF")),
+        ("photo.bmp", encoded(photo, "BMP")),
+        ("photo.webp", encoded(photo, "WEBP", lossless=True)),
+        ("photo.tiff", encoded(photo, "TIFF")),
+    ]
+
+
 @pytest.fixture
 def tiny_config():
     return dict(TINY)

@@ -25,6 +25,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from keras_vit.data.contract import RESIZE, InputContract
 from keras_vit.files import DiskFullError, folder_size
 from keras_vit.inference.runtimes import TOP_K, TFLiteRunner
 from keras_vit.storage.export_folder import TFLITE_FILE as MODEL_FILE
@@ -135,7 +136,7 @@ def describe_model(path):
         )
     # The runner checks the file, reads the metadata and labels and finds the probabilities.
     runner = TFLiteRunner(path)
-    metadata, image = runner.metadata, runner.input_details
+    metadata, image, contract = runner.metadata, runner.input_details, InputContract.of(runner)
     if runner.input_count != 1:
         raise ValueError(f"{path} has more than one input; the app feeds one image.")
     signature = [int(d) for d in image["shape_signature"]]
@@ -161,10 +162,11 @@ def describe_model(path):
         "topK": TOP_K,
         "bytes": len(flatbuffer),
         "sha256": hashlib.sha256(flatbuffer).hexdigest(),
-        "imageSize": signature[1:3],
-        "mean": metadata["mean"],
+        "imageSize": list(contract.image_size),
+        "resize": RESIZE,  # the rule preprocess.js ports; the page refuses another
+        "mean": metadata["mean"],  # the metadata's normalisation of the input tensor (MediaPipe's)
         "std": metadata["std"],
-        "labels": metadata["labels"],
+        "labels": contract.class_names,
         "input": quantization(image),
         "output": quantization(runner.output_details),
     }

@@ -4,9 +4,14 @@ keras-vit models take RGB pixels in [0, 255] at their image size; the normalisat
 the model. How a file becomes those pixels is one policy, here: decoded upright (EXIF
 orientation), RGB with transparency on white, the first frame of an animation, JPEGs with the
 accurate DCT, at most `images.MAX_SIDE` on the long side; then resized by the one rule
-(bilinear, antialiased). `pipeline` applies it in TensorFlow (training, evaluation, the served
-SavedModel), `images` in NumPy (predict, the apps, evaluating a `.tflite`), `preprocess.js` on
-the phone; tests hold each equal to the others on every image type.
+(bilinear, antialiased, skipped when the image fits).
+
+The contract applies it three ways, one per place a model runs: `read` / `resize` in NumPy
+(predict, the apps, evaluating a `.tflite`: no TensorFlow), `decode_and_resize` in TensorFlow
+(tf.data's training and evaluation, verification, the served SavedModel; `pipeline` holds the
+ops) and `resize_batch` in Keras ops (a teacher's input, inside the compiled step, on any
+backend). The phone's `preprocess.js` is its port to JavaScript. Tests hold each equal to the
+others on every image type.
 """
 
 import dataclasses
@@ -53,6 +58,29 @@ class InputContract:
     def resize(self, pixels):
         """Upright RGB pixels resized by the one rule, float32 in [0, 255]."""
         return images.resize(pixels, self.image_size)
+
+    def decode_and_resize(self, encoded, *, tensor_ops_only=False):
+        """Encoded image bytes (a string tensor) as float32 pixels at `image_size`, in TensorFlow.
+
+        `tensor_ops_only`: no Python in the graph, as a SavedModel must carry it; TIFF, which
+        TensorFlow does not decode, is then not read.
+        """
+        from keras_vit.data import pipeline  # TensorFlow: only where a graph is built
+
+        if tensor_ops_only and self.channels == 3:
+            image = pipeline.decode_upright(encoded)
+        else:
+            image = pipeline.decode_image(encoded, channels=self.channels)
+        return pipeline.resize(image, self.image_size)
+
+    def resize_batch(self, pixels):
+        """A batch `(n, h, w, channels)` of float pixels resized by the one rule in Keras ops, for
+        use inside a compiled step on any backend."""
+        from keras import ops
+
+        if tuple(pixels.shape[1:3]) == self.image_size:
+            return pixels
+        return ops.image.resize(pixels, self.image_size, interpolation="bilinear", antialias=True)
 
     def description(self):
         """The contract in words and numbers, as runs (`preprocessing.json`) and export manifests

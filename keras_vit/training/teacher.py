@@ -18,6 +18,7 @@ import keras
 import numpy as np
 from keras import ops
 
+from keras_vit.data.contract import InputContract
 from keras_vit.inference.runtimes import KerasRunner, open_model
 
 
@@ -27,6 +28,8 @@ class Teacher:
     Attributes:
         path: the model file.
         kind: the runner's kind (`keras`, `saved_model`, `tflite`, `onnx`).
+        contract: its `InputContract` (image size, classes); the student's images are resized
+            by it.
         image_size: `(height, width)` it takes.
         num_classes: how many classes it scores.
         model: the frozen Keras model for a Keras teacher, else None.
@@ -36,7 +39,8 @@ class Teacher:
         self.path = str(path)
         self.runner = runner
         self.kind = runner.kind
-        self.image_size = tuple(runner.image_size)
+        self.contract = InputContract.of(runner)
+        self.image_size = self.contract.image_size
         self.num_classes = len(runner.class_names)
         self._classifier = runner.classifier if isinstance(runner, KerasRunner) else None
         self.model = None if self._classifier is None else self._classifier.model
@@ -46,8 +50,7 @@ class Teacher:
 
     def probabilities(self, images):
         """Class probabilities `(batch, classes)` for float pixels in [0, 255] (a backend tensor)."""
-        if tuple(images.shape[1:3]) != self.image_size:
-            images = ops.image.resize(images, self.image_size, interpolation="bilinear", antialias=True)
+        images = self.contract.resize_batch(images)
         if self._classifier is not None:
             return ops.stop_gradient(self._classifier.probabilities(images))  # training=False
         return ops.stop_gradient(self._on_host(images))

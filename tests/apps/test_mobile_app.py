@@ -20,6 +20,7 @@ from conftest import NATIVE_LOG_LINE  # noqa: E402
 
 from keras_vit.apps.mobile import browser, server  # noqa: E402
 from keras_vit.apps.mobile.build import build_app, describe_model  # noqa: E402
+from keras_vit.data.contract import InputContract  # noqa: E402
 from keras_vit.inference.predict import read_image  # noqa: E402
 from keras_vit.inference.runtimes import TFLiteRunner  # noqa: E402
 
@@ -181,6 +182,8 @@ def test_a_gpu_that_disagrees_with_the_cpu_is_not_used_and_the_page_says_so(gpu_
 def test_the_page_reads_what_the_model_says(page, model_path):
     description = describe_model(model_path)
     assert page.evaluate("window.kerasVit.info.labels") == description["labels"]
+    contract = InputContract.of(TFLiteRunner(model_path))
+    assert description["labels"] == contract.class_names and description["imageSize"] == [32, 32]
     status = page.text_content("[data-testid=status]")
     assert "10 classes" in status and "32×32" in status and "LiteRT.js" in status
     assert page.text_content("h1") == description["name"]
@@ -232,7 +235,15 @@ def test_a_model_that_fails_to_load_gets_a_message(phone, app_folder, tmp_path):
     missing = tmp_path / "missing"
     shutil.copytree(app_folder, missing)
     (missing / "model.json").unlink()
-    cases = ((broken, "model.tflite could not be loaded by LiteRT.js"), (missing, "HTTP 404"))
+    other_resize = tmp_path / "other_resize"  # a model.json from a keras-vit whose resize rule differs
+    shutil.copytree(app_folder, other_resize)
+    description = json.loads((other_resize / "model.json").read_text())
+    (other_resize / "model.json").write_text(json.dumps(dict(description, resize="nearest")))
+    cases = (
+        (broken, "model.tflite could not be loaded by LiteRT.js"),
+        (missing, "HTTP 404"),
+        (other_resize, 'model.json asks for the resize "nearest"'),
+    )
     for folder, expected in cases:
         httpd = _serve(folder)
         context = phone.new_context()
@@ -290,13 +301,12 @@ def test_everything_is_served_locally(page, app_folder):
     assert "cdn" not in text.lower() and "https://" not in text
 
 
-def test_the_page_resize_equals_tensorflow(tmp_path):
-    """preprocess.js alone, in node: the antialiased bilinear resize against tf.image.resize."""
+def test_the_page_resize_is_the_input_contracts(tmp_path):
+    """preprocess.js alone, in node: its resize is the contract's rule, by name and by pixels."""
     if shutil.which("node") is None:
         pytest.skip("node is not installed")
-    import tensorflow as tf
-
     from keras_vit.apps.mobile.build import WEB
+    from keras_vit.data.contract import RESIZE
 
     rng = np.random.default_rng(0)
     for height, width, out_height, out_width in ((61, 77, 32, 32), (480, 640, 224, 224), (20, 13, 32, 48)):
@@ -304,17 +314,17 @@ def test_the_page_resize_equals_tensorflow(tmp_path):
         rgba.tofile(tmp_path / "in.bin")
         script = tmp_path / "resize.mjs"
         script.write_text(
-            f"import {{resizeRgba}} from '{(WEB / 'preprocess.js').as_uri()}';\n"
+            f"import {{RESIZE, resizeRgba}} from '{(WEB / 'preprocess.js').as_uri()}';\n"
             "import fs from 'fs';\n"
             f"const rgba = new Uint8Array(fs.readFileSync('{tmp_path / 'in.bin'}'));\n"
             f"const out = resizeRgba(rgba, {width}, {height}, {out_width}, {out_height});\n"
             f"fs.writeFileSync('{tmp_path / 'out.bin'}', Buffer.from(out.buffer));\n"
+            "console.log(RESIZE);\n"
         )
-        subprocess.run(["node", str(script)], check=True, capture_output=True)
+        ported = subprocess.run(["node", str(script)], check=True, capture_output=True, text=True)
+        assert ported.stdout.strip() == RESIZE
         page_resized = np.fromfile(tmp_path / "out.bin", np.float32).reshape(out_height, out_width, 3)
-        expected = tf.image.resize(
-            tf.cast(rgba[..., :3], tf.float32), (out_height, out_width), method="bilinear", antialias=True
-        ).numpy()
+        expected = InputContract((out_height, out_width)).resize(rgba[..., :3])
         assert np.abs(page_resized - expected).max() < 5e-3
 
 

@@ -1,12 +1,13 @@
 """`keras_vit.data.contract`: a model's input contract, read from the model, met one way."""
 
 import numpy as np
-from conftest import TINY
+import tensorflow as tf
+from conftest import TINY, encoded_in_every_format
 from PIL import Image
 
 import keras_vit
 from keras_vit.data.contract import InputContract
-from keras_vit.data.images import resize
+from keras_vit.data.images import load_image, resize
 from keras_vit.inference.classifier import load_classifier
 
 
@@ -39,3 +40,21 @@ def test_reading_a_file_is_decoding_upright_then_the_one_resize(tmp_path):
     upright = np.rot90(pixels)  # 30 x 20
     np.testing.assert_allclose(read, resize(upright, (10, 5)), atol=1e-4)
     assert read.shape == (10, 5, 3) and read.dtype == np.float32
+
+
+def test_the_contract_reads_every_format_alike_in_numpy_tensorflow_and_a_training_step():
+    """`read` (NumPy: predict, the apps), `decode_and_resize` (tf.data, verification; and with
+    tensor ops only, the served SavedModel, which reads all but TIFF) and `resize_batch` (a
+    teacher's input inside the step): the same pixels, EXIF-rotated JPEGs upright in each."""
+    contract = InputContract((12, 20))
+    for name, encoded in encoded_in_every_format():
+        by_numpy = contract.read(encoded)
+        assert by_numpy.shape == (12, 20, 3), name
+        by_tensorflow = contract.decode_and_resize(tf.constant(encoded)).numpy()
+        np.testing.assert_allclose(by_tensorflow, by_numpy, atol=1e-3, err_msg=name)
+        if not name.endswith(".tiff"):
+            in_graph = contract.decode_and_resize(tf.constant(encoded), tensor_ops_only=True).numpy()
+            np.testing.assert_allclose(in_graph, by_numpy, atol=1e-3, err_msg=name)
+        upright = load_image(encoded).astype("float32")[None]
+        in_a_step = np.asarray(contract.resize_batch(tf.constant(upright)))[0]
+        np.testing.assert_allclose(in_a_step, by_numpy, atol=1e-3, err_msg=name)

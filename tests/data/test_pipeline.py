@@ -1,6 +1,7 @@
 import numpy as np
 import pytest
 import tensorflow as tf
+from conftest import encoded_in_every_format
 
 from keras_vit.data import pipeline
 
@@ -149,38 +150,6 @@ def test_read_training_data_refuses_what_cannot_make_a_batch(colors_dataset):
         pipeline.read_training_data(colors_dataset, image_size=(32, 32), batch_size=64, validation_split=0.25)
 
 
-def _encoded_in_every_format():
-    """(name, bytes) of one photo-like image in every format a dataset may hold: EXIF-rotated
-    JPEG, progressive JPEG, gray and transparent PNG, GIF, BMP, WebP and TIFF."""
-    import io
-
-    from PIL import Image
-
-    rng = np.random.default_rng(1)
-    smooth = np.cumsum(rng.integers(0, 9, (30, 44, 3)), axis=1).clip(0, 255).astype(np.uint8)
-    photo = Image.fromarray(smooth)
-    exif = Image.Exif()
-    exif[0x0112] = 6  # shown rotated 90 degrees clockwise
-
-    def encoded(image, format, **options):
-        buffer = io.BytesIO()
-        image.save(buffer, format, **options)
-        return buffer.getvalue()
-
-    transparent = photo.convert("RGBA")
-    transparent.putalpha(Image.fromarray(rng.integers(0, 256, (30, 44), np.uint8)))
-    return [
-        ("rotated.jpg", encoded(photo, "JPEG", quality=90, exif=exif.tobytes())),
-        ("progressive.jpg", encoded(photo, "JPEG", progressive=True)),
-        ("gray.png", encoded(photo.convert("L"), "PNG")),
-        ("transparent.png", encoded(transparent, "PNG")),
-        ("palette.gif", encoded(photo, "GIF")),
-        ("photo.bmp", encoded(photo, "BMP")),
-        ("photo.webp", encoded(photo, "WEBP", lossless=True)),
-        ("photo.tiff", encoded(photo, "TIFF")),
-    ]
-
-
 def test_evaluating_a_tflite_reads_a_folders_pixels_as_tf_data_does():
     """`keras-vit evaluate model.tflite` reads folders and `.zip`s with Pillow and NumPy, never
     importing TensorFlow; its images must be the pixels training and the Keras model's
@@ -188,7 +157,7 @@ def test_evaluating_a_tflite_reads_a_folders_pixels_as_tf_data_does():
     from keras_vit.data.datasets import Split
     from keras_vit.inference.evaluate import _image_batches
 
-    names, encoded = zip(*_encoded_in_every_format(), strict=True)
+    names, encoded = zip(*encoded_in_every_format(), strict=True)
     split = Split(images=encoded, labels=tuple(range(len(encoded))), names=names)
     by_numpy = np.concatenate(list(_image_batches(split, (12, 20), 3, tensorflow=False)))
     by_tf_data = np.concatenate(list(_image_batches(split, (12, 20), 3, tensorflow=True)))

@@ -4,7 +4,7 @@
 // .tflite's own metadata.
 
 import {isWebGPUSupported, loadAndCompile, loadLiteRt, Tensor} from '@litertjs/core';
-import {resizeRgba, sameAnswers, testPattern, toModelInput, toProbabilities, topK} from './preprocess.js';
+import {RESIZE, resizeRgba, sameAnswers, testPattern, toModelInput, toProbabilities, topK} from './preprocess.js';
 
 const MAX_SIDE = 2048; // photos are read at most this large, as keras_vit.data.images.load_image does
 const LIVE_MAX_SIDE = 640; // camera frames: small enough to classify many per second
@@ -104,6 +104,9 @@ async function checkedGpu(gpuModel, bytes, info) {
 
 async function loadModel() {
   const info = await (await fetchOrExplain('model.json', 'The model description')).json();
+  if (info.resize !== RESIZE) {
+    throw new Error(`model.json asks for the resize "${info.resize}"; this page does "${RESIZE}": rebuild the app with the keras-vit that exported the model.`);
+  }
   const bytes = new Uint8Array(await (await fetchOrExplain(info.file, 'The model')).arrayBuffer());
   const wanted = await chooseAccelerator();
   await loadLiteRt(WASM_FOLDER, wanted === 'webgpu' ? {jspi: true} : {});

@@ -1,8 +1,12 @@
 // Pixels -> the model's input, as keras-vit computes it in Python: the whole image resized
-// to the model's size with TensorFlow's antialiased bilinear filter
-// (`tf.image.resize(..., "bilinear", antialias=True)`, keras_vit.data.pipeline.resize), then the
-// normalisation from the model's metadata. Matching Python here keeps the phone's answers
-// equal to LiteRT's in Python for the same picture. No browser APIs: node can test it.
+// to the model's size by the model's input contract (keras_vit.data.contract: TensorFlow's
+// antialiased bilinear filter), then the normalisation from the model's metadata. Matching
+// Python here keeps the phone's answers equal to LiteRT's in Python for the same picture.
+// No browser APIs: node can test it.
+
+// The contract's resize rule this file ports, as model.json names it: the page refuses a
+// model.json that names another (tests hold the two names equal).
+export const RESIZE = 'bilinear, antialiased';
 
 // TensorFlow's ScaleAndTranslate spans for the triangle kernel (radius 1), half-pixel
 // centres; when shrinking, the kernel widens by the scale so every source pixel counts.
