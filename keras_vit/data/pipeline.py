@@ -41,6 +41,13 @@ def decode_image(encoded, channels=3):
     """
     if channels != 3:
         return tf.io.decode_image(encoded, channels=channels, expand_animations=False)
+    return _decode_rgb(encoded)
+
+
+# Traced once per process and called from every pipeline's graph (the check of a dataset's
+# files, training, evaluation): its EXIF and format branches take most of a second to trace.
+@tf.function(input_signature=[tf.TensorSpec([], tf.string)], autograph=False)
+def _decode_rgb(encoded):
     is_tiff = tf.reduce_any([tf.equal(tf.strings.substr(encoded, 0, 4), s) for s in _TIFF_SIGNATURES])
     return tf.cond(is_tiff, lambda: _decode_with_pillow(encoded), lambda: decode_upright(encoded))
 
