@@ -36,12 +36,14 @@ _PUBLIC = {
     "forward_flops": "keras_vit.model.complexity",
     "layers": "keras_vit.model.layers",
     "list_models": "keras_vit.model.configs",
+    "list_pretrained": "keras_vit.model.pretrained",
     "load_weights": "keras_vit.training.initial_weights",
     "optimizers": "keras_vit.training.optimizers",
     "parameter_count": "keras_vit.model.complexity",
     "pipeline": "keras_vit.data.pipeline",
     "resample_position_embeddings": "keras_vit.model.pos_embed",
     "resize_model": "keras_vit.model.vit",
+    "save_pretrained": "keras_vit.model.pretrained",
     "training_flops": "keras_vit.model.complexity",
 }
 __all__ = sorted(_PUBLIC)

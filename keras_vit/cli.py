@@ -478,9 +478,14 @@ def main(argv=None):
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except OSError as error:
-        # A full disk (or quota, or file-size limit) while writing: one line, and what to do.
+        # A full disk (or quota, or file-size limit) while writing, or a model hub that cannot
+        # give a file: one line, and what to do.
         from keras_vit.files import is_disk_full
+        from keras_vit.model.hub import HubError
 
+        if isinstance(error, HubError):
+            print(f"keras-vit {args.command}: error: {error}", file=sys.stderr)
+            return 1
         if not is_disk_full(error):
             raise
         print(f"keras-vit {args.command}: error: {_disk_full_message(error)}", file=sys.stderr)

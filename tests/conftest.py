@@ -6,6 +6,27 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # the desktop app's tests need no display
 
+import atexit  # noqa: E402
+import shutil  # noqa: E402
+import subprocess  # noqa: E402
+import tempfile  # noqa: E402
+
+from hub_server import HubServer  # noqa: E402
+
+# Nothing downloads from a real model hub: huggingface_hub talks to a stand-in on 127.0.0.1
+# that serves the repos tests write, in this process and the subprocesses it starts. It reads
+# its settings once, at import (timm's, below). Tests that download set their own cache
+# (`hub_cache`).
+HUB = HubServer(tempfile.mkdtemp(prefix="keras-vit-hub-"))
+os.environ.update(
+    HF_ENDPOINT=HUB.url,
+    HF_HUB_DISABLE_XET="1",
+    HF_HUB_DISABLE_TELEMETRY="1",
+    HF_HUB_CACHE=tempfile.mkdtemp(prefix="keras-vit-hub-cache-"),
+)
+atexit.register(shutil.rmtree, HUB.root, ignore_errors=True)
+atexit.register(shutil.rmtree, os.environ["HF_HUB_CACHE"], ignore_errors=True)
+
 try:
     # PyTorch must load before TensorFlow: importing torchvision (through timm) after
     # TensorFlow segfaults in this pair of wheels. The weight tests need both.
@@ -322,3 +343,31 @@ def pytest_terminal_summary(terminalreporter):
     terminalreporter.section("parity with reference implementations (max |difference|)")
     for case, difference, tolerance in _PARITY:
         terminalreporter.write_line(f"{case:<72} {difference:.2e}  (tolerance {tolerance:.0e})")
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 12 MB tmpfs, as a disk that fills up (the tests run as root); `fill()` fills it."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=12m", "tmpfs", str(mount)], capture_output=True
+    )
+    if mounted.returncode != 0:
+        if os.environ.get("CI"):
+            pytest.fail(f"cannot mount a tmpfs to fill: {mounted.stderr.decode().strip()}")
+        pytest.skip("mounting a tmpfs needs root")
+    yield mount
+    subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+@pytest.fixture
+def hub_cache(tmp_path, monkeypatch):
+    """An empty huggingface_hub cache for this test and the subprocesses it starts (the stand-in
+    hub, `HUB`, serves what the test writes under `HUB.root`)."""
+    from huggingface_hub import constants
+
+    cache = tmp_path / "hub-cache"
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    return cache

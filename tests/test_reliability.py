@@ -783,22 +783,6 @@ def test_the_phone_apps_server_serves_50_clients_loading_the_app_at_once(export_
 TINY_FLAGS = [f"--override={k}={v}" for k, v in dict(hidden_dim=32, depth=2, num_heads=4, mlp_dim=64).items()]
 
 
-@pytest.fixture
-def small_disk(tmp_path):
-    """A 12 MB tmpfs, as a disk that fills up (the tests run as root); `fill()` fills it."""
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=12m", "tmpfs", str(mount)], capture_output=True
-    )
-    if mounted.returncode != 0:
-        if os.environ.get("CI"):
-            pytest.fail(f"cannot mount a tmpfs to fill: {mounted.stderr.decode().strip()}")
-        pytest.skip("mounting a tmpfs needs root")
-    yield mount
-    subprocess.run(["umount", "-l", str(mount)], check=False)
-
-
 def _partial_files(folder):
     return [
         os.path.join(d, n)

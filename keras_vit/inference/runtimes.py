@@ -299,6 +299,7 @@ def _runner_for(path):
     located = locate(path)
     runners = {
         "keras": KerasRunner,
+        "pretrained": KerasRunner,
         "saved_model": SavedModelRunner,
         "tflite": TFLiteRunner,
         "onnx": OnnxRunner,

@@ -225,19 +225,23 @@ def _head(tokens, arch, dtype):
     )(x)
 
 
-def create_model(name, **overrides):
-    """Builds a named configuration, e.g. `create_model("vit_base_patch16_224")`.
+def create_model(name, pretrained=False, **overrides):
+    """Builds a named configuration, e.g. `create_model("vit_base_patch16_224")`; with
+    `pretrained=True`, downloads and loads its weights, normalisation and class names.
 
     Args:
-        name: a name from `keras_vit.list_models()`.
+        name: a name from `keras_vit.list_models()`; with `pretrained=True`, also timm's
+            `arch.tag` (`vit_small_patch16_224.augreg_in21k_ft_in1k`), `hf-hub:org/repo[@revision]`
+            or `local-dir:/path` (`keras_vit.model.pretrained`).
+        pretrained: load pretrained weights from a model hub, through huggingface_hub's cache.
         **overrides: any `ViT` argument, such as `num_classes`, `image_size`,
             `channels`, `dropout`, `drop_path_rate`, `pooling`, `include_top`
-            or `dtype`.
+            or `dtype`. With `pretrained=True`, another `num_classes` gives a new head and
+            another `image_size` resampled position embeddings.
 
     Returns:
-        A `ViT`, randomly initialised; load weights with `keras_vit.load_weights`.
+        A `ViT`: pretrained, or randomly initialised (load weights with `keras_vit.load_weights`).
     """
-    config = configs.get_model_config(name)
     allowed = set(ARGUMENTS) | {"dtype", "name", "trainable"}
     unknown = sorted(set(overrides) - allowed)
     if unknown:
@@ -245,9 +249,26 @@ def create_model(name, **overrides):
             f"create_model({name!r}) got unknown argument(s) {unknown}; "
             f"ViT takes {', '.join(sorted(ARGUMENTS + ('dtype',)))}."
         )
+    if pretrained:
+        from keras_vit.model.pretrained import load_pretrained
+
+        return load_pretrained(name, **overrides)
+    config = configs.get_model_config(_architecture_of(name))
     config.update(overrides)
-    config.setdefault("name", name)
+    config.setdefault("name", _architecture_of(name))
     return ViT(**config)
+
+
+def _architecture_of(name):
+    """The architecture a timm `arch.tag` names; other names as they are."""
+    from keras_vit.model import pretrained
+
+    if str(name).startswith((pretrained.HUB_PREFIX, pretrained.LOCAL_PREFIX)):
+        raise ValueError(f"{name} names pretrained weights: create_model({name!r}, pretrained=True).")
+    architecture = str(name).split(".")[0]
+    if "." in str(name) and pretrained.is_pretrained_name(name):
+        return architecture
+    return name
 
 
 def resize_model(model, image_size):

@@ -2,13 +2,15 @@
 
 A path a user gives is a run folder, a `.keras` file, a SavedModel folder, an export folder
 (`export-<N>`, whose `model.tflite` the apps ship), a `.tflite` (with `model_attention.tflite`
-beside it when `--attention` wrote one), an `.onnx`, or a pretrained checkpoint. `locate` says
+beside it when `--attention` wrote one), an `.onnx`, a pretrained checkpoint, or a pretrained
+model's name (`vit_small_patch16_224.augreg_in21k_ft_in1k`, `hf-hub:org/repo`). `locate` says
 which, the file to open and the folder its reports go beside; it reads no file's contents.
 """
 
 import dataclasses
 import os
 
+from keras_vit.model import pretrained
 from keras_vit.model.formats import CHECKPOINT_SUFFIXES
 from keras_vit.storage.export_folder import ATTENTION_FILE, MANIFEST_FILE, TFLITE_FILE, ExportFolder
 from keras_vit.storage.run_folder import MODEL_FILE, RunFolder
@@ -16,8 +18,9 @@ from keras_vit.storage.run_folder import MODEL_FILE, RunFolder
 
 @dataclasses.dataclass(frozen=True)
 class Located:
-    """`kind`: "keras" (a `.keras` file or run folder), "saved_model", "tflite", "onnx" or
-    "checkpoint". `path`: the file or folder to open. `folder`: where reports about it go (an
+    """`kind`: "keras" (a `.keras` file or run folder), "saved_model", "tflite", "onnx",
+    "checkpoint" or "pretrained" (a name, `keras_vit.model.pretrained`, that no file has). `path`:
+    the file or folder to open, or the name. `folder`: where reports about it go (an
     export's `export-<N>`, else the run folder or the file's folder). `attention`: the
     attention model beside a `.tflite`, or None."""
 
@@ -37,6 +40,10 @@ def locate(path):
     """
     path = os.fspath(path)
     if not os.path.exists(path):
+        if pretrained.is_pretrained_name(path):
+            return Located("pretrained", path, os.getcwd())
+        if _looks_like_a_name(path):
+            raise ValueError(f"No file {path}, and it is no pretrained name: {pretrained.unknown_name(path)}")
         raise FileNotFoundError(f"Model not found: {path}")
     if os.path.isdir(path):
         return _folder(path)
@@ -53,6 +60,11 @@ def locate(path):
         f"Cannot run {path}: expected a .keras file, a run folder, a SavedModel folder, "
         f"a .tflite or an .onnx."
     )
+
+
+def _looks_like_a_name(path):
+    """A word with no folder and no file extension: meant as a pretrained name, not a path."""
+    return os.sep not in path and "/" not in path and not os.path.splitext(path)[1]
 
 
 def recorded_dataset(path):

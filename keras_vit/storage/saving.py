@@ -56,8 +56,13 @@ def weights_file_bytes(model):
 
 
 def load_trained_model(path):
-    """Loads a `.keras` file, or `model.keras` from a run folder."""
+    """Loads a `.keras` file, `model.keras` from a run folder, or a pretrained model by name
+    (`keras_vit.model.pretrained`)."""
     located = locate(path)
+    if located.kind == "pretrained":
+        from keras_vit.model.pretrained import load_pretrained
+
+        return load_pretrained(located.path)
     if located.kind != "keras":
         raise ValueError(f"Expected a .keras file or a run folder, got {os.fspath(path)}.")
     path = located.path

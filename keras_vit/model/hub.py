@@ -1,0 +1,118 @@
+"""Files from a model hub, through `huggingface_hub`, each failure as one line that says what to do.
+
+huggingface_hub owns the cache (`HF_HOME` / `HF_HUB_CACHE`), resumable downloads, ETag checks,
+the endpoint (`HF_ENDPOINT`), offline mode (`HF_HUB_OFFLINE`), tokens for gated repos (`HF_TOKEN`)
+and the progress bar. A download is written beside its final name and moved there when whole,
+so one cut off or stopped by a full disk leaves nothing the next try mistakes for a file; that
+try resumes it.
+"""
+
+import os
+
+from keras_vit.files import DiskFullError, is_disk_full
+
+CONFIG_FILE = "config.json"
+# A repo's weights, in the order they are looked for: safetensors first (no pickle), then
+# PyTorch's pickled files, read with `torch.load(weights_only=True)`.
+WEIGHTS_FILES = ("model.safetensors", "pytorch_model.bin", "open_clip_pytorch_model.bin")
+# transformers' image processor settings (mean and std), when the repo has them.
+PREPROCESSOR_FILE = "preprocessor_config.json"
+
+
+class HubError(OSError):
+    """A hub file that cannot be had: the message names the repo or file and what to do."""
+
+
+def download(repo, filename, revision=None):
+    """The local path of `filename` in the hub repo `repo`, from the cache or downloaded.
+
+    Raises:
+        HubError: the repo, revision or file does not exist, the network is down, or offline
+            mode finds it missing from the cache.
+        DiskFullError: the disk filled during the download.
+    """
+    import huggingface_hub
+    from huggingface_hub import errors
+
+    where = f"{repo}@{revision}" if revision else repo
+    try:
+        return huggingface_hub.hf_hub_download(repo, filename, revision=revision, library_name="keras-vit")
+    except errors.GatedRepoError:
+        raise HubError(
+            f"{where} is gated: accept its terms on the hub, then set HF_TOKEN (or `hf auth login`)."
+        ) from None
+    except errors.RepositoryNotFoundError:
+        raise HubError(
+            f"No repo {repo} on {_endpoint()}: check the name (org/repo), or set HF_TOKEN for a private one."
+        ) from None
+    except errors.RevisionNotFoundError:
+        raise HubError(f"{repo} has no revision {revision!r}: give a branch, tag or commit it has.") from None
+    except errors.RemoteEntryNotFoundError:
+        raise MissingFile(f"{where} has no file {filename}.") from None
+    except errors.LocalEntryNotFoundError:
+        raise HubError(_unreachable(where, filename)) from None
+    except OSError as error:
+        if is_disk_full(error):
+            raise DiskFullError(_cache_folder(), 0) from None
+        raise HubError(f"Could not download {filename} from {where} ({error}): try again.") from None
+
+
+class MissingFile(HubError):
+    """The repo exists and lacks the file."""
+
+
+def download_first(repo, filenames, revision=None):
+    """The first of `filenames` that the repo has: `(name, local path)`.
+
+    Raises:
+        HubError: it has none of them, or `download` fails.
+    """
+    for filename in filenames:
+        try:
+            return filename, download(repo, filename, revision)
+        except MissingFile:
+            continue
+        except HubError:
+            if not offline() or filename == filenames[-1]:
+                raise
+            # Offline: a file missing from the cache may be one the repo never had; try the next.
+    where = f"{repo}@{revision}" if revision else repo
+    raise HubError(f"{where} has none of {', '.join(filenames)}: it holds no weights keras-vit reads.")
+
+
+def offline():
+    from huggingface_hub import constants
+
+    return bool(constants.HF_HUB_OFFLINE)
+
+
+def is_cached(repo, filename=CONFIG_FILE):
+    """Whether the cache holds `filename` of `repo` (its default revision)."""
+    from huggingface_hub import try_to_load_from_cache
+
+    found = try_to_load_from_cache(repo, filename)
+    return isinstance(found, str) and os.path.exists(found)
+
+
+def _unreachable(where, filename):
+    if offline():
+        return (
+            f"{filename} of {where} is not in the cache ({_cache_folder()}) and HF_HUB_OFFLINE is set: "
+            f"unset HF_HUB_OFFLINE to download it, or load it once while online."
+        )
+    return (
+        f"Cannot reach {_endpoint()} to download {filename} of {where}, and it is not in the cache: "
+        f"check the network (or HF_ENDPOINT), then run the same command again."
+    )
+
+
+def _endpoint():
+    from huggingface_hub import constants
+
+    return constants.ENDPOINT
+
+
+def _cache_folder():
+    from huggingface_hub import constants
+
+    return constants.HF_HUB_CACHE

@@ -1,0 +1,217 @@
+"""Pretrained ViTs by name, with timm's names and conventions, from a model hub.
+
+    model = keras_vit.create_model("vit_small_patch16_224.augreg_in21k_ft_in1k", pretrained=True)
+
+A name is one of:
+- `arch`: timm's default tag for an architecture keras-vit builds (`vit_base_patch16_224`);
+- `arch.tag`: one of timm's tags for it (`deit3_small_patch16_224.fb_in22k_ft_in1k`);
+- `hf-hub:org/repo[@revision]`: any timm or transformers ViT/DeiT repo on the hub;
+- `local-dir:/path`: a folder in the same layout (`save_pretrained` writes one).
+
+The known tags, with their repo, input size, mean/std, crop and label set, are a table
+generated from timm (`scripts/generate_pretrained_table.py`). Whatever the name, the repo's
+own `config.json` decides the architecture, image size, normalisation and class names; a
+classifier without class names gets those of the label set its class count implies.
+"""
+
+import difflib
+import functools
+import gzip
+import json
+import os
+import re
+
+from keras_vit.files import read_json
+from keras_vit.model import hub, hub_config
+from keras_vit.model.configs import get_model_config
+
+TABLES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tables")
+TABLE_FILE = "pretrained.json"
+LABEL_SET_FILE = "{}.txt.gz"
+HUB_PREFIX, LOCAL_PREFIX = "hf-hub:", "local-dir:"
+_REPO = re.compile(r"[\w.-]+/[\w.-]+")
+
+
+def pretrained_table():
+    """The generated table: `{"defaults": {arch: "arch.tag"}, "tags": {"arch.tag": {...}}, ...}`."""
+    return _table()
+
+
+@functools.cache
+def _table():
+    with open(os.path.join(TABLES, TABLE_FILE)) as f:
+        return json.load(f)
+
+
+def list_pretrained(filter=None):
+    """The pretrained names keras-vit knows (`arch.tag`, timm's), sorted; `filter`: a substring."""
+    return sorted(name for name in _table()["tags"] if filter is None or filter in name)
+
+
+def is_pretrained_name(text):
+    """Whether `text` is written as a pretrained name (it may still name nothing that exists)."""
+    text = str(text)
+    table = _table()
+    return text.startswith((HUB_PREFIX, LOCAL_PREFIX)) or text in table["tags"] or text in table["defaults"]
+
+
+def label_set(name):
+    """The class descriptions of an ImageNet label set (`imagenet-1k`, ...), as timm gives them."""
+    with gzip.open(os.path.join(TABLES, LABEL_SET_FILE.format(name)), "rt") as f:
+        return f.read().splitlines()
+
+
+def class_names_for(num_classes):
+    """The names of the label set with `num_classes` classes that keras-vit ships, or None."""
+    for name, count in _table()["label_sets"].items():
+        if count == num_classes:
+            return label_set(name)
+    return None
+
+
+class Source:
+    """Where a name's files are: a hub repo (`repo`, `revision`) or a local folder (`folder`)."""
+
+    def __init__(self, name, repo=None, revision=None, folder=None):
+        self.name, self.repo, self.revision, self.folder = name, repo, revision, folder
+
+    def file(self, filename):
+        """The local path of one of the source's files (downloaded when from a hub)."""
+        if self.folder is not None:
+            path = os.path.join(self.folder, filename)
+            if not os.path.isfile(path):
+                raise hub.MissingFile(f"{self.folder} has no {filename}.")
+            return path
+        return hub.download(self.repo, filename, self.revision)
+
+    def weights(self):
+        """The path of its weights: safetensors when it has them."""
+        if self.folder is None:
+            return hub.download_first(self.repo, hub.WEIGHTS_FILES, self.revision)[1]
+        for filename in hub.WEIGHTS_FILES:
+            if os.path.isfile(os.path.join(self.folder, filename)):
+                return os.path.join(self.folder, filename)
+        raise hub.HubError(f"{self.folder} has none of {', '.join(hub.WEIGHTS_FILES)}.")
+
+
+def resolve(name):
+    """The `Source` of a pretrained name.
+
+    Raises:
+        ValueError: a name that is none of the four forms; the message lists close names.
+    """
+    name = str(name)
+    if name.startswith(LOCAL_PREFIX):
+        folder = os.path.expanduser(name[len(LOCAL_PREFIX) :])
+        if not os.path.isdir(folder):
+            raise ValueError(f"{name}: no folder {folder} (local-dir: takes a folder save_pretrained wrote).")
+        return Source(name, folder=folder)
+    if name.startswith(HUB_PREFIX):
+        repo, _, revision = name[len(HUB_PREFIX) :].partition("@")
+        if not _REPO.fullmatch(repo):
+            raise ValueError(f"{name}: hf-hub: takes a repo as org/name, optionally @revision.")
+        return Source(name, repo=repo, revision=revision or None)
+    table = _table()
+    tag = table["defaults"].get(name, name)
+    if tag in table["tags"]:
+        return Source(name, repo=table["tags"][tag]["repo"])
+    raise ValueError(f"Unknown pretrained name {name!r}: {unknown_name(name)}")
+
+
+def unknown_name(name):
+    """What to say of a name that is no pretrained name: its architecture's tags, or close names."""
+    table = _table()
+    architecture = name.split(".")[0]
+    tags = sorted(t for t in table["tags"] if t.startswith(architecture + "."))
+    if tags:
+        return f"{architecture}'s tags are {', '.join(tags)}."
+    close = difflib.get_close_matches(name, [*table["tags"], *table["defaults"]], n=3, cutoff=0.6)
+    hint = f"did you mean {', '.join(close)}? " if close else ""
+    return (
+        f"{hint}`keras-vit models --pretrained` lists the names; hf-hub:org/repo and "
+        f"local-dir:/path name any ViT repo."
+    )
+
+
+def read_hub_model(source):
+    """The repo's `HubModel` (its `config.json`, and transformers' preprocessor settings)."""
+    config = read_json(source.file(hub.CONFIG_FILE))
+    preprocessor = None
+    if "model_type" in config:
+        try:
+            preprocessor = read_json(source.file(hub.PREPROCESSOR_FILE))
+        except hub.MissingFile:
+            preprocessor = None
+    return hub_config.read_config(config, source.name, preprocessor)
+
+
+def load_pretrained(name, **overrides):
+    """A `keras_vit.ViT` with the weights, normalisation and class names of a pretrained name.
+
+    `overrides` are ViT arguments: `num_classes` re-initialises the head (its class names
+    dropped unless given), `image_size` resamples the position embeddings.
+    """
+    from keras_vit.model.vit import ViT
+    from keras_vit.model.weights import load_weights
+
+    source = resolve(name)
+    found = read_hub_model(source)
+    arguments = _arguments(found, overrides)
+    model = ViT(**arguments)
+    return load_weights(model, source.weights())
+
+
+def _arguments(found, overrides):
+    arguments = dict(found.arguments, image_mean=found.image_mean, image_std=found.image_std)
+    if found.num_classes:
+        class_names = found.class_names or class_names_for(found.num_classes)
+        arguments.update(num_classes=found.num_classes, class_names=class_names)
+    else:
+        arguments.update(include_top=False)
+    if "num_classes" in overrides and overrides["num_classes"] != arguments.get("num_classes"):
+        arguments.pop("class_names", None)
+        arguments["include_top"] = True
+    arguments.update(overrides)
+    arguments.setdefault("name", found.name)
+    return arguments
+
+
+def save_pretrained(model, folder, architecture=None):
+    """Writes `model` (a keras-vit ViT) in timm's hub layout: `model.safetensors` and
+    `config.json`, which `timm.create_model("local-dir:folder", pretrained=True)` and
+    `keras_vit.create_model("local-dir:folder", pretrained=True)` both load. Upload the folder
+    with `huggingface_hub.HfApi().upload_folder`.
+
+    `architecture`: the timm architecture it is built as; by default the model's own name when
+    it is one (as `create_model` names its models).
+    """
+    from keras_vit.files import write_json
+    from keras_vit.model.weights import save_state_dict
+
+    architecture = architecture or model.name
+    _check_built_as(model, architecture)
+    os.makedirs(folder, exist_ok=True)
+    save_state_dict(model, os.path.join(folder, hub.WEIGHTS_FILES[0]))
+    write_json(os.path.join(folder, hub.CONFIG_FILE), hub_config.timm_config(model, architecture))
+    return folder
+
+
+def _check_built_as(model, architecture):
+    """A ValueError unless `model` is `architecture` (at any image size, channels and classes)."""
+    if architecture not in _table()["architectures"]:
+        raise ValueError(
+            f"save_pretrained(architecture=...) takes the timm architecture the model is built as; "
+            f"{architecture!r} is not one keras-vit and timm share (`keras-vit models --pretrained`)."
+        )
+    expected = get_model_config(architecture)
+    config = model.get_config()
+    differ = sorted(
+        key
+        for key, value in expected.items()
+        if key not in ("image_size", "name") and config.get(key) != value
+    )
+    if differ:
+        raise ValueError(
+            f"The model is not a {architecture}: its {', '.join(differ)} differ. Pass the architecture "
+            f"it is built as (architecture=...)."
+        )

@@ -1,0 +1,248 @@
+"""Pretrained ViTs by name (`keras_vit.model.pretrained`), downloaded from the stand-in hub that
+conftest starts (tests/hub_server.py): repos written here by timm and transformers themselves."""
+
+import json
+import os
+import shutil
+
+import numpy as np
+import pytest
+import timm
+import torch
+from conftest import HUB
+from timm.models import save_for_hf
+
+import keras_vit
+from keras_vit.cli import main
+from keras_vit.model import pretrained
+
+# timm's ViT-Ti/16 made tiny: what a timm repo's config.json records as model_args.
+TINY_TIMM = dict(img_size=32, patch_size=4, embed_dim=32, depth=2, num_heads=4, mlp_ratio=2.0)
+LABELLED = {"label_names": list("abcde")}
+
+
+def _timm_repo(repo, model, **options):
+    folder = HUB.repo_folder(repo)
+    shutil.rmtree(folder, ignore_errors=True)
+    save_for_hf(model, folder, **options)
+    return folder
+
+
+def _pixels(seed=0, size=32):
+    return np.random.default_rng(seed).uniform(0, 255, (2, size, size, 3)).astype("float32")
+
+
+def _timm_logits(model, pixels):
+    """timm's logits for [0, 255] pixels, normalised as its pretrained_cfg says."""
+    config = model.pretrained_cfg
+    x = (pixels / 255 - np.array(config["mean"])) / np.array(config["std"])
+    with torch.no_grad():
+        return model.eval()(torch.from_numpy(x.transpose(0, 3, 1, 2)).float()).numpy()
+
+
+@pytest.fixture(scope="module")
+def tiny_timm():
+    torch.manual_seed(0)
+    return timm.create_model("vit_tiny_patch16_224", pretrained=False, num_classes=5, **TINY_TIMM)
+
+
+def test_a_timm_repo_gives_timms_logits_and_its_class_names_and_timm_reads_the_stand_in_too(
+    tiny_timm, hub_cache, record_parity
+):
+    _timm_repo("tests/tiny-vit", tiny_timm, model_config=LABELLED, safe_serialization=True)
+    model = keras_vit.create_model("hf-hub:tests/tiny-vit", pretrained=True)
+    assert model.class_names == list("abcde") and model.image_size == (32, 32)
+    pixels = _pixels()
+    difference = np.abs(np.asarray(model(pixels)) - _timm_logits(tiny_timm, pixels)).max()
+    record_parity("timm hub repo (hf-hub:), tiny ViT logits", difference, 1e-4)
+    assert difference < 1e-4
+    # timm's own loader takes the stand-in's answers: the same hub protocol, the same weights.
+    by_timm = timm.create_model("hf-hub:tests/tiny-vit", pretrained=True)
+    assert np.abs(_timm_logits(by_timm, pixels) - _timm_logits(tiny_timm, pixels)).max() == 0
+
+
+def test_a_pickled_checkpoint_loads_without_unpickling_code(tiny_timm, hub_cache, monkeypatch):
+    _timm_repo("tests/tiny-vit-bin", tiny_timm, safe_serialization=False)
+    assert sorted(os.listdir(HUB.repo_folder("tests/tiny-vit-bin"))) == ["config.json", "pytorch_model.bin"]
+    loads = []
+    load = torch.load
+    monkeypatch.setattr(torch, "load", lambda *a, **k: loads.append(k.get("weights_only")) or load(*a, **k))
+    model = keras_vit.create_model("hf-hub:tests/tiny-vit-bin", pretrained=True)
+    assert loads == [True]
+    pixels = _pixels(1)
+    assert np.abs(np.asarray(model(pixels)) - _timm_logits(tiny_timm, pixels)).max() < 1e-4
+    assert model.class_names is None  # no label names, and no label set has 5 classes
+
+
+def test_a_transformers_repo_gives_transformers_logits_labels_and_normalisation(hub_cache, record_parity):
+    transformers = pytest.importorskip("transformers")
+    config = transformers.ViTConfig(
+        image_size=32, patch_size=4, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+        intermediate_size=64, id2label=dict(enumerate(["cat", "dog", "fox"])),
+    )  # fmt: skip
+    torch.manual_seed(1)
+    reference = transformers.ViTForImageClassification(config).eval()
+    folder = HUB.repo_folder("tests/tiny-transformers")
+    shutil.rmtree(folder, ignore_errors=True)
+    reference.save_pretrained(folder)
+    processor = transformers.ViTImageProcessor(image_mean=[0.4, 0.5, 0.6], image_std=[0.2, 0.25, 0.3])
+    processor.save_pretrained(folder)
+    model = keras_vit.create_model("hf-hub:tests/tiny-transformers", pretrained=True)
+    assert model.class_names == ["cat", "dog", "fox"]
+    pixels = _pixels(2)
+    x = (pixels / 255 - np.array([0.4, 0.5, 0.6])) / np.array([0.2, 0.25, 0.3])
+    with torch.no_grad():
+        expected = reference(torch.from_numpy(x.transpose(0, 3, 1, 2)).float()).logits.numpy()
+    difference = np.abs(np.asarray(model(pixels)) - expected).max()
+    record_parity("transformers hub repo (hf-hub:), tiny ViT logits", difference, 1e-4)
+    assert difference < 1e-4
+
+
+@pytest.fixture(scope="module")
+def imagenet_vit_ti():
+    """A randomly initialised ViT-Ti/16 where the hub keeps timm's default tag for it: a config
+    with 1000 classes and no label names, as timm's own ImageNet repos have."""
+    torch.manual_seed(2)
+    model = timm.create_model("vit_tiny_patch16_224.augreg_in21k_ft_in1k", pretrained=False)
+    entry = pretrained.pretrained_table()["tags"]["vit_tiny_patch16_224.augreg_in21k_ft_in1k"]
+    _timm_repo(entry["repo"], model, safe_serialization=True)
+    return model
+
+
+def test_a_timm_tag_downloads_once_reads_the_cache_offline_and_names_imagenet_classes(
+    imagenet_vit_ti, hub_cache, monkeypatch
+):
+    from huggingface_hub import constants
+
+    before = len(HUB.requests)
+    model = keras_vit.create_model("vit_tiny_patch16_224", pretrained=True)  # timm's default tag
+    assert len(HUB.requests) > before
+    assert model.image_size == (224, 224) and len(model.class_names) == 1000
+    assert model.class_names[281] == "tabby, tabby cat"  # timm's ImageNetInfo descriptions
+    pixels = _pixels(3, size=224)[:1]
+    assert np.abs(np.asarray(model(pixels)) - _timm_logits(imagenet_vit_ti, pixels)).max() < 1e-4
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    asked = len(HUB.requests)
+    again = keras_vit.create_model("vit_tiny_patch16_224.augreg_in21k_ft_in1k", pretrained=True)
+    assert len(HUB.requests) == asked  # the cache alone
+    assert np.array_equal(np.asarray(again(pixels)), np.asarray(model(pixels)))
+
+
+def test_overrides_give_a_new_head_or_resampled_position_embeddings(tiny_timm, hub_cache):
+    _timm_repo("tests/tiny-vit", tiny_timm, model_config=LABELLED, safe_serialization=True)
+    original = keras_vit.create_model("hf-hub:tests/tiny-vit", pretrained=True)
+    new_head = keras_vit.create_model("hf-hub:tests/tiny-vit", pretrained=True, num_classes=3)
+    assert new_head.num_classes == 3 and new_head.class_names is None
+    bigger = keras_vit.create_model("hf-hub:tests/tiny-vit", pretrained=True, image_size=64)
+    assert bigger.image_size == (64, 64) and bigger.class_names == list("abcde")
+    for name in ("block_0/attention/qkv/kernel", "patch_encoder/projection/kernel"):
+        weights = [{w.path: np.asarray(w) for w in m.weights}[name] for m in (original, new_head, bigger)]
+        assert np.array_equal(weights[0], weights[1]) and np.array_equal(weights[0], weights[2])
+
+
+def test_save_pretrained_writes_what_timm_and_keras_vit_load_with_the_same_logits(tmp_path, hub_cache):
+    model = keras_vit.create_model(
+        "vit_tiny_patch16_224", image_size=32, num_classes=3, class_names=["a", "b", "c"],
+        image_mean=[0.5] * 3, image_std=[0.5] * 3,
+    )  # fmt: skip
+    with pytest.raises(ValueError, match="is not a vit_tiny_patch16_224: its depth differ"):
+        keras_vit.save_pretrained(keras_vit.create_model("vit_tiny_patch16_224", depth=2), tmp_path / "x")
+    folder = keras_vit.save_pretrained(model, tmp_path / "published")
+    assert sorted(os.listdir(folder)) == ["config.json", "model.safetensors"]
+    assert json.loads((tmp_path / "published" / "config.json").read_text())["label_names"] == ["a", "b", "c"]
+    pixels = _pixels(4)
+    expected = np.asarray(model(pixels))
+    by_timm = timm.create_model(f"local-dir:{folder}", pretrained=True)
+    assert np.abs(_timm_logits(by_timm, pixels) - expected).max() < 1e-4
+    again = keras_vit.create_model(f"local-dir:{folder}", pretrained=True)
+    assert again.class_names == ["a", "b", "c"]
+    assert np.abs(np.asarray(again(pixels)) - expected).max() < 1e-5
+
+
+def test_predict_prints_the_classes_of_a_pretrained_name(imagenet_vit_ti, hub_cache, tmp_path, capsys):
+    from PIL import Image
+
+    image = tmp_path / "photo.png"
+    Image.fromarray(_pixels(5, size=80)[0].astype("uint8")).save(image)
+    assert main(["predict", "vit_tiny_patch16_224.augreg_in21k_ft_in1k", str(image), "--json"]) == 0
+    (printed,) = json.loads(capsys.readouterr().out)
+    classes = [answer["class"] for answer in printed["top_k"]]
+    assert len(classes) == 5 and set(classes) <= set(pretrained.label_set("imagenet-1k"))
+
+
+@pytest.fixture
+def bad_repos(tiny_timm):
+    """A repo with no weights, and a timm repo of another architecture (a ResNet)."""
+    folder = _timm_repo("tests/no-weights", tiny_timm, safe_serialization=True)
+    os.remove(os.path.join(folder, "model.safetensors"))
+    torch.manual_seed(3)
+    _timm_repo("tests/resnet", timm.create_model("resnet10t", pretrained=False, num_classes=3))
+
+
+def _one_line_error(capsys, *argv):
+    assert main(["predict", *argv]) == 1
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("keras-vit predict: error: "), line
+    return line
+
+
+@pytest.mark.parametrize(
+    "name, expected",
+    [
+        ("vit_tiny_patch16_224.nope", "vit_tiny_patch16_224's tags are vit_tiny_patch16_224.augreg_in21k,"),
+        ("vit_tny_patch16_224", "did you mean vit_tiny_patch16_224"),
+        ("hf-hub:tests/not-there", "No repo tests/not-there on http://127.0.0.1:"),
+        ("hf-hub:tests/tiny-vit@v9", "tests/tiny-vit has no revision 'v9'"),
+        ("hf-hub:tests/no-weights", "has none of model.safetensors, pytorch_model.bin"),
+        ("hf-hub:tests/resnet", "holds a resnet10t, an architecture keras-vit does not build"),
+    ],
+)
+def test_a_name_that_gives_no_vit_is_one_line_naming_it(
+    name, expected, bad_repos, tiny_timm, hub_cache, tmp_path, capsys
+):
+    _timm_repo("tests/tiny-vit", tiny_timm, safe_serialization=True)
+    line = _one_line_error(capsys, name, str(tmp_path / "any.png"))
+    assert expected in line, line
+
+
+def test_offline_with_an_empty_cache_and_the_network_down_say_so_and_then_work(
+    tiny_timm, hub_cache, tmp_path, capsys, monkeypatch
+):
+    from huggingface_hub import constants
+
+    _timm_repo("tests/tiny-vit", tiny_timm, safe_serialization=True)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    line = _one_line_error(capsys, "hf-hub:tests/tiny-vit", str(tmp_path / "any.png"))
+    assert "is not in the cache" in line and "HF_HUB_OFFLINE" in line, line
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    HUB.stop()
+    try:
+        line = _one_line_error(capsys, "hf-hub:tests/tiny-vit", str(tmp_path / "any.png"))
+    finally:
+        HUB.start()
+    assert f"Cannot reach {HUB.url}" in line and "check the network" in line, line
+    assert keras_vit.create_model("hf-hub:tests/tiny-vit", pretrained=True).num_classes == 5
+
+
+def test_a_download_cut_off_or_stopped_by_a_full_disk_is_one_line_and_the_next_try_works(
+    imagenet_vit_ti, small_disk, monkeypatch, tmp_path, capsys
+):
+    """ViT-Ti's 23 MB of weights on a 12 MB disk, then over a connection that drops halfway:
+    one line each time, and once there is room and network, the same name loads."""
+    from huggingface_hub import constants
+
+    name = "vit_tiny_patch16_224.augreg_in21k_ft_in1k"
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(small_disk / "cache"))
+    line = _one_line_error(capsys, name, str(tmp_path / "any.png"))
+    assert line.startswith("keras-vit predict: error: No space left to write"), line
+    assert str(small_disk) in line, line
+
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "cache"))
+    HUB.cut_files.add("model.safetensors")
+    try:
+        line = _one_line_error(capsys, name, str(tmp_path / "any.png"))
+    finally:
+        HUB.cut_files.clear()
+    assert "model.safetensors" in line and "try again" in line, line
+    assert len(keras_vit.create_model(name, pretrained=True).class_names) == 1000
