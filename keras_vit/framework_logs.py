@@ -16,7 +16,8 @@ import os
 import sys
 
 # Python loggers that report framework internals at INFO and WARNING.
-FRAMEWORK_LOGGERS = ("tensorflow", "absl", "jax._src.xla_bridge", "tf2onnx")
+# huggingface_hub's: a download's retries ("Trying to resume download..."); its progress bar stays.
+FRAMEWORK_LOGGERS = ("tensorflow", "absl", "jax._src.xla_bridge", "tf2onnx", "huggingface_hub")
 
 _quiet = False  # set by quiet(): the command line, unless --verbose
 

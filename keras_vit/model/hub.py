@@ -9,7 +9,7 @@ try resumes it.
 
 import os
 
-from keras_vit.files import DiskFullError, is_disk_full
+from keras_vit.files import is_disk_full
 
 CONFIG_FILE = "config.json"
 # A repo's weights, in the order they are looked for: safetensors first (no pickle), then
@@ -27,9 +27,8 @@ def download(repo, filename, revision=None):
     """The local path of `filename` in the hub repo `repo`, from the cache or downloaded.
 
     Raises:
-        HubError: the repo, revision or file does not exist, the network is down, or offline
-            mode finds it missing from the cache.
-        DiskFullError: the disk filled during the download.
+        HubError: the repo, revision or file does not exist, the network is down, offline
+            mode finds it missing from the cache, or the cache's disk filled during the download.
     """
     import huggingface_hub
     from huggingface_hub import errors
@@ -53,8 +52,19 @@ def download(repo, filename, revision=None):
         raise HubError(_unreachable(where, filename)) from None
     except OSError as error:
         if is_disk_full(error):
-            raise DiskFullError(_cache_folder(), 0) from None
-        raise HubError(f"Could not download {filename} from {where} ({error}): try again.") from None
+            raise HubError(
+                f"No space left in the model cache {_cache_folder()} to download {filename} of {where}: "
+                f"free some space (or set HF_HUB_CACHE to a roomier folder) and run the same command "
+                f"again; the download resumes."
+            ) from None
+        raise HubError(f"Could not download {filename} of {where} ({error}): try again.") from None
+    except Exception as error:
+        if not _is_network_error(error):
+            raise
+        raise HubError(
+            f"The download of {filename} of {where} broke off ({error}): run the same command again; "
+            f"it resumes where it stopped."
+        ) from None
 
 
 class MissingFile(HubError):
@@ -92,6 +102,12 @@ def is_cached(repo, filename=CONFIG_FILE):
 
     found = try_to_load_from_cache(repo, filename)
     return isinstance(found, str) and os.path.exists(found)
+
+
+def _is_network_error(error):
+    """An error of huggingface_hub's HTTP stack (httpx and what is under it): a connection lost."""
+    modules = {cls.__module__.split(".")[0] for cls in type(error).__mro__}
+    return bool(modules & {"httpx", "httpx2", "httpcore", "httpcore2", "h11"})
 
 
 def _unreachable(where, filename):

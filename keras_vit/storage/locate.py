@@ -63,8 +63,11 @@ def locate(path):
 
 
 def _looks_like_a_name(path):
-    """A word with no folder and no file extension: meant as a pretrained name, not a path."""
-    return os.sep not in path and "/" not in path and not os.path.splitext(path)[1]
+    """A word with no folder, and no file extension or an architecture's name before its first
+    dot: meant as a pretrained name (`arch.tag`), not a path."""
+    if os.sep in path or "/" in path:
+        return False
+    return not os.path.splitext(path)[1] or path.split(".")[0] in pretrained.pretrained_table()["architectures"]
 
 
 def recorded_dataset(path):
