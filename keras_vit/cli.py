@@ -16,6 +16,8 @@ from keras_vit.inference.runtimes import TOP_K
 
 
 def _models(args):
+    if args.pretrained:
+        return _pretrained_models(args)
     from keras_vit.model import complexity, configs
 
     rows = []
@@ -71,6 +73,49 @@ def _train(args):
         f"\nTrained {summary['config']['model']} for {summary['steps']} steps: "
         f"val accuracy {final.get('val_accuracy', float('nan')):.4f} (best "
         f"{summary['best_val_accuracy'] or float('nan'):.4f}); run folder: {summary['config']['output']}"
+    )
+    return 0
+
+
+def _pretrained_models(args):
+    from keras_vit.model import complexity, hub
+    from keras_vit.model.pretrained import list_pretrained, pretrained_table
+
+    table = pretrained_table()
+    defaults = set(table["defaults"].values())
+    rows = []
+    for name in list_pretrained():
+        entry = table["tags"][name]
+        architecture = name.split(".")[0]
+        head = {"num_classes": entry["num_classes"]} if entry["num_classes"] else {"include_top": False}
+        rows.append(
+            {
+                "name": name,
+                "default": name in defaults,
+                "image_size": entry["image_size"],
+                "label_set": entry["label_set"]
+                or (f"{entry['num_classes']} classes" if entry["num_classes"] else None),
+                "params": complexity.parameter_count(architecture, image_size=entry["image_size"], **head),
+                "cached": hub.is_cached(entry["repo"]),
+                "repo": entry["repo"],
+            }
+        )
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    header = f"{'name':<52} {'size':>9} {'labels':<18} {'params':>13}  cached"
+    print(header)
+    print("-" * len(header))
+    for r in rows:
+        size = "x".join(str(side) for side in r["image_size"])
+        labels = r["label_set"] or "features only"
+        print(
+            f"{r['name'] + (' *' if r['default'] else ''):<52} {size:>9} {labels:<18} {r['params']:>13,}  "
+            f"{'yes' if r['cached'] else ''}"
+        )
+    print(
+        "\n* timm's default tag: the architecture's name alone loads it. Downloads go to "
+        "huggingface_hub's cache; hf-hub:org/repo and local-dir:/path load any ViT repo."
     )
     return 0
 
@@ -247,6 +292,11 @@ def _flag_type(annotation):
 
 def _add_models_arguments(models):
     models.add_argument("--json", action="store_true", help="print JSON, for scripts")
+    models.add_argument(
+        "--pretrained",
+        action="store_true",
+        help="list the pretrained names: resolution, label set, parameters, and whether each is cached",
+    )
     models.add_argument(
         "--num-classes",
         type=_at_least(1),

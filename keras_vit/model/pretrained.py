@@ -55,6 +55,15 @@ def is_pretrained_name(text):
     return text.startswith((HUB_PREFIX, LOCAL_PREFIX)) or text in table["tags"] or text in table["defaults"]
 
 
+def looks_like_a_name(text):
+    """A word with no folder, and no file extension or an architecture's name before its first
+    dot: meant as a pretrained name (`arch.tag`) rather than a path, when no file has it."""
+    text = str(text)
+    if os.sep in text or "/" in text:
+        return False
+    return not os.path.splitext(text)[1] or text.split(".")[0] in _table()["architectures"]
+
+
 def label_set(name):
     """The class descriptions of an ImageNet label set (`imagenet-1k`, ...), as timm gives them."""
     with gzip.open(os.path.join(TABLES, LABEL_SET_FILE.format(name)), "rt") as f:

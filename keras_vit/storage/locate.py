@@ -42,7 +42,7 @@ def locate(path):
     if not os.path.exists(path):
         if pretrained.is_pretrained_name(path):
             return Located("pretrained", path, os.getcwd())
-        if _looks_like_a_name(path):
+        if pretrained.looks_like_a_name(path):
             raise ValueError(f"No file {path}, and it is no pretrained name: {pretrained.unknown_name(path)}")
         raise FileNotFoundError(f"Model not found: {path}")
     if os.path.isdir(path):
@@ -60,14 +60,6 @@ def locate(path):
         f"Cannot run {path}: expected a .keras file, a run folder, a SavedModel folder, "
         f"a .tflite or an .onnx."
     )
-
-
-def _looks_like_a_name(path):
-    """A word with no folder, and no file extension or an architecture's name before its first
-    dot: meant as a pretrained name (`arch.tag`), not a path."""
-    if os.sep in path or "/" in path:
-        return False
-    return not os.path.splitext(path)[1] or path.split(".")[0] in pretrained.pretrained_table()["architectures"]
 
 
 def recorded_dataset(path):

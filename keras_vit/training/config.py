@@ -188,10 +188,7 @@ class TrainConfig:
             )
 
     def _check_overrides(self):
-        # These come from their own settings or from the dataset; an override would disagree.
-        owned = {"num_classes", "class_names", "image_size", "dropout", "drop_path_rate"}
-        owned |= {"image_mean", "image_std", "dtype", "name"}
-        clash = sorted(owned & set(self.overrides))
+        clash = sorted(_OWNED & set(self.overrides))
         if clash:
             raise ValueError(
                 f"--override cannot set {clash}: use the matching flag (e.g. --image-size, --precision) "
@@ -204,6 +201,8 @@ class TrainConfig:
         if self.preset not in PRESETS:
             raise ValueError(f"Unknown preset {self.preset!r}; presets: {', '.join(sorted(PRESETS))}.")
         values = dataclasses.asdict(self)
+        if values["weights"] and _names_a_pretrained_model(values["weights"]):
+            _take_pretrained_settings(values)
         for source in (PRESETS[self.preset], DEFAULTS):
             for key, value in source.items():
                 if values.get(key) is None:
@@ -215,3 +214,42 @@ class TrainConfig:
         config = TrainConfig(**values)
         config.validate()
         return config
+
+
+# ViT arguments that come from their own settings or from the dataset; an override would disagree.
+_OWNED = {"num_classes", "class_names", "image_size", "dropout", "drop_path_rate"} | {
+    "image_mean", "image_std", "dtype", "name",
+}  # fmt: skip
+
+
+def _names_a_pretrained_model(weights):
+    from keras_vit.model.pretrained import is_pretrained_name
+
+    return is_pretrained_name(weights) and not os.path.exists(weights)
+
+
+def _take_pretrained_settings(values):
+    """`--weights NAME`: the pretrained model's architecture and image size, unless given, and
+    its normalisation (its config.json is read; the weights download when the run builds)."""
+    from keras_vit.model import pretrained
+
+    name = values["weights"]
+    found = pretrained.read_hub_model(pretrained.resolve(name))
+    if found.name not in configs.MODEL_CONFIGS:
+        raise ValueError(
+            f"--weights {name} is a transformers {found.name} repo; training starts from timm's names and "
+            f"repos (arch.tag, or hf-hub: a timm repo), or from a checkpoint file."
+        )
+    if values["model"] not in (None, found.name):
+        raise ValueError(
+            f"--weights {name} is a {found.name}, and --model says {values['model']}: drop --model."
+        )
+    values["model"] = found.name
+    # What the repo builds differently from the named config (a timm repo's model_args).
+    named = configs.get_model_config(found.name)
+    differs = {k: v for k, v in found.arguments.items() if k not in _OWNED and named.get(k) != v}
+    values["overrides"] = {**differs, **values["overrides"]}
+    if values["image_size"] is None:
+        size = found.arguments["image_size"]
+        values["image_size"] = int(size if isinstance(size, int) else size[0])
+    values["image_mean"], values["image_std"] = tuple(found.image_mean), tuple(found.image_std)

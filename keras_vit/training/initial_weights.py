@@ -4,7 +4,7 @@ before (a `.keras` file or run folder: fine-tune one run's model on another data
 import logging
 import os
 
-from keras_vit.model import weights
+from keras_vit.model import pretrained, weights
 from keras_vit.model.formats import CHECKPOINT_SUFFIXES
 from keras_vit.storage.locate import locate
 from keras_vit.storage.run_folder import MODEL_FILE
@@ -27,6 +27,8 @@ def load_weights(model, path):
         CheckpointMismatchError: the checkpoint does not fit the model; the message names the
             key and both shapes.
     """
+    if _is_pretrained_name(path):
+        return weights.load_state(model, _pretrained_state(path, model), source=os.fspath(path))
     if not _is_trained_model(path):
         return weights.load_weights(model, path)
     state = _trained_state(path, class_names=getattr(model, "class_names", None))
@@ -37,8 +39,16 @@ def check_source(path):
     """Refuses, in one line, what `load_weights` cannot start from: checked before a run builds
     anything, as `--teacher` is."""
     path = os.fspath(path)
-    takes = f"--weights takes a checkpoint ({', '.join(CHECKPOINT_SUFFIXES)}) or a run (.keras or run folder)"
+    takes = (
+        f"--weights takes a checkpoint ({', '.join(CHECKPOINT_SUFFIXES)}), a run (.keras or run folder) "
+        f"or a pretrained name (`keras-vit models --pretrained`)"
+    )
+    if _is_pretrained_name(path):
+        pretrained.resolve(path)  # a name of a form it knows; what it names is read as the run starts
+        return
     if not os.path.exists(path):
+        if pretrained.looks_like_a_name(path):
+            raise ValueError(f"No file {path}, and it is no pretrained name: {pretrained.unknown_name(path)}")
         raise FileNotFoundError(f"Weights not found: {path} ({takes}).")
     try:
         kind = locate(path).kind
@@ -52,6 +62,23 @@ def check_source(path):
         raise ValueError(
             f"{path} is an exported model ({kind}), whose weights cannot be trained on: {takes}."
         )
+
+
+def _is_pretrained_name(path):
+    return not os.path.exists(path) and pretrained.is_pretrained_name(path)
+
+
+def _pretrained_state(name, model):
+    """A pretrained model's weights as a state dict, without its head unless the run's classes
+    are the ones it was trained on (a head of the same size would mean nothing)."""
+    source = pretrained.resolve(name)
+    state = weights.read_checkpoint(source.weights())
+    found = pretrained.read_hub_model(source)
+    class_names = found.class_names or pretrained.class_names_for(found.num_classes)
+    if list(class_names or []) != list(getattr(model, "class_names", None) or []):
+        logger.info("%s was trained on other classes: its head is not loaded.", name)
+        state = {k: v for k, v in state.items() if not k.startswith(("head.", "head_dist."))}
+    return state
 
 
 def _is_trained_model(path):

@@ -1,0 +1,50 @@
+"""`keras-vit train --weights NAME`: fine-tuning starts from a pretrained model by name, taking
+its architecture, image size and normalisation, with a new head for the dataset's classes."""
+
+import json
+
+import numpy as np
+import timm
+import torch
+from conftest import HUB
+from timm.models import save_for_hf
+
+from keras_vit.cli import main
+from keras_vit.storage.saving import load_trained_model
+
+
+def test_train_from_a_pretrained_name_takes_its_architecture_and_weights_with_a_new_head(
+    colors_dataset, hub_cache, tmp_path
+):
+    torch.manual_seed(0)
+    reference = timm.create_model(
+        "vit_small_patch16_224", pretrained=False, num_classes=5, img_size=32, patch_size=4, embed_dim=32,
+        depth=2, num_heads=4, mlp_ratio=2.0,
+    )  # fmt: skip
+    reference.pretrained_cfg = dict(reference.pretrained_cfg, mean=(0.4, 0.5, 0.6), std=(0.2, 0.3, 0.4))
+    save_for_hf(reference, HUB.repo_folder("tests/small-to-tune"), safe_serialization=True)
+    output = tmp_path / "run"
+    argv = [
+        "train", "--dataset", colors_dataset, "--weights", "hf-hub:tests/small-to-tune",
+        "--output", str(output), "--epochs", "1", "--steps-per-epoch", "2", "--batch-size", "8",
+        "--validation-split", "0.25", "--freeze-backbone", "--no-jit-compile",
+    ]  # fmt: skip
+    assert main(argv) == 0
+    model = load_trained_model(output)
+    assert model.name == "vit_small_patch16_224" and model.image_size == (32, 32)
+    assert (model.hidden_dim, model.depth, model.num_classes) == (32, 2, 3)
+    assert model.image_mean == [0.4, 0.5, 0.6] and model.image_std == [0.2, 0.3, 0.4]
+    # The frozen backbone is the pretrained one, weight for weight.
+    state = reference.state_dict()
+    qkv = {w.path: np.asarray(w) for w in model.weights}["block_1/attention/qkv/kernel"]
+    np.testing.assert_allclose(qkv, state["blocks.1.attn.qkv.weight"].numpy().T, atol=1e-6)
+    recorded = json.loads((output / "preprocessing.json").read_text())
+    assert recorded["image_mean"] == [0.4, 0.5, 0.6]
+
+
+def test_train_with_a_name_that_is_no_model_is_one_line(colors_dataset, hub_cache, tmp_path, capsys):
+    argv = ["train", "--dataset", colors_dataset, "--weights", "vit_smal_patch16_224"]
+    assert main([*argv, "--output", str(tmp_path / "run")]) == 1
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "did you mean vit_small_patch16_224" in line, line
+    assert not (tmp_path / "run").exists()
