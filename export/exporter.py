@@ -26,6 +26,7 @@ import keras
 
 from keras_vit import __version__
 from keras_vit.data.contract import InputContract
+from keras_vit.data.datasets import DATASET
 from keras_vit.export import metadata, onnx_model, serving, tflite
 from keras_vit.export.verify import format_table, verify_exports, write_report
 from keras_vit.files import DiskFullError, folder_size, is_disk_full, write_bytes, write_json
@@ -155,7 +156,13 @@ def export_model(
         raise ValueError(f"Unknown export format(s) {unknown}; choose from {', '.join(FORMATS)}.")
     source = os.fspath(source)
     classifier = load_classifier(source, name)
-    spec = RunFolder(locate(source).folder).dataset_spec().with_name(dataset)
+    located = locate(source)
+    spec = RunFolder(located.folder).dataset_spec().with_name(dataset)
+    # A pretrained model by name: checked on --dataset's images, else the embedded ones, for
+    # agreement only unless they are of its classes.
+    pretrained = located.kind == "pretrained"
+    if pretrained and spec.name is None:
+        spec = spec.with_name(DATASET)
     if (verify or ("tflite" in formats and "int8" in quantize)) and spec.name is None:
         raise ValueError(
             f"{source} is not a run folder, so its dataset is unknown: pass --dataset (a folder, .zip, "
@@ -165,7 +172,9 @@ def export_model(
 
     with _Staging(os.path.join(os.fspath(output), classifier.name)) as staging:
         files = _convert(classifier, staging, formats, variants, spec, int8_input, calibration_images, source)
-        report = _verify(classifier, files, spec, verify_images, staging.files) if verify else None
+        report = None
+        if verify:
+            report = _verify(classifier, files, spec, verify_images, staging.files, agreement_only=pretrained)
         recommended = _choose_tflite(report) if variants else None
         if recommended:
             shutil.copyfile(files[f"tflite_{recommended}"], os.path.join(staging.files, TFLITE_FILE))
@@ -272,9 +281,9 @@ def _convert(classifier, staging, formats, variants, spec, int8_input, calibrati
     return files
 
 
-def _verify(classifier, files, spec, verify_images, folder):
+def _verify(classifier, files, spec, verify_images, folder, agreement_only):
     logger.info("Verifying every export against Keras ...")
-    report = verify_exports(classifier.model, files, spec, limit=verify_images)
+    report = verify_exports(classifier.model, files, spec, limit=verify_images, agreement_only=agreement_only)
     write_report(report, folder)
     return report
 
@@ -288,7 +297,7 @@ def _manifest(classifier, source, spec, version, formats, variants, files):
     return {
         "name": classifier.name,
         "version": version,
-        "source": os.path.abspath(source),
+        "source": source if locate(source).kind == "pretrained" else os.path.abspath(source),
         "dataset": spec.name,
         "validation_split": spec.validation_split,
         "seed": spec.seed,

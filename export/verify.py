@@ -18,6 +18,7 @@ from keras_vit.data.contract import InputContract
 from keras_vit.files import atomic_write, write_json
 from keras_vit.inference.runtimes import KerasRunner, open_model
 from keras_vit.storage.export_folder import VERIFICATION_FILES, ExportFolder
+from keras_vit.storage.locate import locate
 
 # Per kind of export: (max |probability difference|, min top-1 agreement, max accuracy drop).
 TARGETS = {
@@ -64,12 +65,18 @@ def latency_ms(runner, image, repeats=30):
     return 1000 * float(np.median(times))
 
 
+def _accuracy(probabilities, labels):
+    """Top-1 accuracy; None with no labels of the model's classes (agreement only)."""
+    return None if labels is None else float((probabilities.argmax(1) == labels).mean())
+
+
 def _compare(name, probabilities, reference, labels):
     difference = float(np.abs(probabilities - reference).max())
     agreement = float((probabilities.argmax(1) == reference.argmax(1)).mean())
-    accuracy = float((probabilities.argmax(1) == labels).mean())
-    reference_accuracy = float((reference.argmax(1) == labels).mean())
+    accuracy, reference_accuracy = _accuracy(probabilities, labels), _accuracy(reference, labels)
     max_difference, min_agreement, max_drop = TARGETS[name]
+    if labels is None:
+        max_drop = None
     failures = []
     if max_difference is not None and difference > max_difference:
         failures.append(f"max |difference| {difference:.2e} > {max_difference:.0e}")
@@ -100,7 +107,7 @@ def _compare_attention(result, runner, reference_runner, images):
         result["meets_target"] = False
 
 
-def verify_exports(keras_model, files, spec, split=None, limit=500):
+def verify_exports(keras_model, files, spec, split=None, limit=500, agreement_only=False):
     """Runs Keras and each exported file on held-out images and compares them.
 
     Args:
@@ -108,6 +115,9 @@ def verify_exports(keras_model, files, spec, split=None, limit=500):
         files: `{name: path}`, names from `TARGETS` (`saved_model`, `onnx`,
             `tflite_fp32`, ...).
         spec: the `DatasetSpec` the model was trained on: its held-out images are used.
+        agreement_only: the images may be of other classes than the model's (a pretrained
+            model checked on whatever images there are): agreement and differences only,
+            no accuracy.
 
     Returns:
         The report: `{"dataset", "split", "count", "keras_accuracy", "results": {name: {...}}, "passed"}`.
@@ -116,7 +126,8 @@ def verify_exports(keras_model, files, spec, split=None, limit=500):
     encoded, images, labels, split, class_names = held_out_images(
         spec, InputContract.of(reference_runner), split, limit
     )
-    if class_names != list(reference_runner.class_names):
+    labelled = class_names == list(reference_runner.class_names)
+    if not labelled and not agreement_only:
         raise ValueError(
             f"The model's classes {reference_runner.class_names} differ from {spec.name}'s {class_names}; "
             f"verify on the dataset the model was trained on (--dataset)."
@@ -125,15 +136,16 @@ def verify_exports(keras_model, files, spec, split=None, limit=500):
     results = {}
     for name, path in files.items():
         runner = open_model(path)
-        if list(runner.class_names) != list(class_names):
+        if list(runner.class_names) != list(reference_runner.class_names):
             raise ValueError(
-                f"{path} carries class names {runner.class_names}, not the model's {class_names}."
+                f"{path} carries class names {runner.class_names}, not the model's "
+                f"{reference_runner.class_names}."
             )
         if name == "saved_model":
             probabilities = runner.predict_bytes(encoded)["probabilities"]
         else:
             probabilities = runner.predict(images)
-        result = _compare(name, probabilities, reference, labels)
+        result = _compare(name, probabilities, reference, labels if labelled else None)
         if name == "tflite_attention":
             _compare_attention(result, runner, reference_runner, images[:50])
         result["file"] = os.path.basename(os.path.normpath(path))
@@ -146,7 +158,7 @@ def verify_exports(keras_model, files, spec, split=None, limit=500):
         "dataset": str(spec.name),
         "split": split,
         "count": int(len(labels)),
-        "keras_accuracy": float((reference.argmax(1) == labels).mean()),
+        "keras_accuracy": _accuracy(reference, labels if labelled else None),
         "results": results,
         "passed": all(r["meets_target"] for r in results.values()),
     }
@@ -154,9 +166,13 @@ def verify_exports(keras_model, files, spec, split=None, limit=500):
 
 def format_table(report):
     """The report as a Markdown table."""
+    scored = (
+        f"Keras accuracy {report['keras_accuracy']:.2%}."
+        if report["keras_accuracy"] is not None
+        else "agreement only: the images are not of the model's classes."
+    )
     lines = [
-        f"Verified on {report['count']} images of {report['dataset']} [{report['split']}]; "
-        f"Keras accuracy {report['keras_accuracy']:.2%}.",
+        f"Verified on {report['count']} images of {report['dataset']} [{report['split']}]; {scored}",
         "",
         "| export | max abs diff | top-1 agreement | accuracy | size (MB) | batch-1 latency (ms) | target |",
         "|---|---|---|---|---|---|---|",
@@ -166,10 +182,14 @@ def format_table(report):
         latency = f"{r['latency_ms']:.2f}" if "latency_ms" in r else ""
         verdict = "met" if r["meets_target"] else "**BELOW TARGET**: " + "; ".join(r["failures"])
         lines.append(
-            f"| {name} | {r['max_abs_difference']:.2e} | {r['top1_agreement']:.2%} | {r['accuracy']:.2%} "
-            f"| {size} | {latency} | {verdict} |"
+            f"| {name} | {r['max_abs_difference']:.2e} | {r['top1_agreement']:.2%} "
+            f"| {_percent(r['accuracy'])} | {size} | {latency} | {verdict} |"
         )
     return "\n".join(lines) + "\n"
+
+
+def _percent(value):
+    return "n/a" if value is None else f"{value:.2%}"
 
 
 def write_report(report, folder):
@@ -187,6 +207,8 @@ def reverify(folder, model=None, dataset=None, limit=500):
     """Verifies an export folder (`OUTPUT/<name>/export-<N>`) again; rewrites its reports."""
     export = ExportFolder(folder)
     spec = export.dataset_spec().with_name(dataset)
-    report = verify_exports(model or export.manifest["source"], export.exports(), spec, limit=limit)
+    source = model or export.manifest["source"]
+    agreement_only = model is None and locate(source).kind == "pretrained"
+    report = verify_exports(source, export.exports(), spec, limit=limit, agreement_only=agreement_only)
     write_report(report, folder)
     return report

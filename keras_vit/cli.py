@@ -307,7 +307,8 @@ def _add_models_arguments(models):
 
 def _add_evaluate_arguments(evaluate):
     evaluate.add_argument(
-        "model", help="a run folder, .keras file, SavedModel folder, .tflite or .onnx (as predict takes)"
+        "model",
+        help="a run folder, .keras file, SavedModel folder, .tflite, .onnx or pretrained name (as predict)",
     )
     evaluate.add_argument("--dataset", help="default: the run's or export's dataset, else cifar10-mini")
     evaluate.add_argument("--split", choices=("train", "validation", "test"), help="default: test if any")
@@ -319,7 +320,7 @@ def _add_evaluate_arguments(evaluate):
 
 
 def _add_export_arguments(export):
-    export.add_argument("model", help="a run folder or a .keras file")
+    export.add_argument("model", help="a run folder, a .keras file or a pretrained name")
     export.add_argument("--output", default="exports", help="export root (default exports/)")
     export.add_argument(
         "--format", default="all", help="all (default) or a comma list of saved_model,tflite,onnx"
@@ -367,7 +368,9 @@ def _add_verify_arguments(verify):
 
 def _add_predict_arguments(predict):
     predict.add_argument(
-        "model", help="a run folder, .keras file, SavedModel folder, export-N folder, .tflite or .onnx"
+        "model",
+        help="a run folder, .keras file, SavedModel folder, export-N folder, .tflite, .onnx, or a "
+        "pretrained name (`keras-vit models --pretrained`)",
     )
     predict.add_argument(
         "images", nargs="+", help="image files (JPEG, PNG, GIF, BMP, WebP, TIFF) or folders of them"
@@ -383,7 +386,9 @@ def _add_app_commands(app, common):
         parents=[common],
         help="the Qt classifier: open, drop or paste images; top-5 and attention; folders",
     )
-    desktop.add_argument("--model", help="a .tflite (default: the last model used), SavedModel or .keras")
+    desktop.add_argument(
+        "--model", help="a .tflite (default: the last model used), SavedModel, .keras or pretrained name"
+    )
     desktop.add_argument("--image", help="an image to classify at start")
     desktop.add_argument(
         "--screenshot",

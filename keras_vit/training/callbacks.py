@@ -57,6 +57,33 @@ class BestModelCheckpoint(keras.callbacks.Callback):
             save_model(saved_model_of(self.model), self.path)
 
 
+class EarlyStopping(keras.callbacks.Callback):
+    """Stops the run after `patience` epochs without a better validation accuracy than its best.
+
+    The count is read from the run's per-epoch validation accuracies (`earlier`, from its log),
+    so a run killed and resumed counts on from where it was."""
+
+    def __init__(self, patience, earlier=()):
+        super().__init__()
+        self.patience, self.history = patience, list(earlier)
+
+    @property
+    def exhausted(self):
+        """Whether the epochs so far already end the run."""
+        if not self.history:
+            return False
+        best = self.history.index(max(self.history))  # the first epoch to reach the best
+        return len(self.history) - 1 - best >= self.patience
+
+    def on_epoch_end(self, epoch, logs=None):
+        value = (logs or {}).get("val_accuracy")
+        if value is None:
+            return
+        self.history.append(float(value))
+        if self.exhausted:
+            self.model.stop_training = True
+
+
 class ResumableBackup(keras.callbacks.BackupAndRestore):
     """Backups a run resumes from exactly, that survive a full disk, a kill mid-write and a
     damaged file.

@@ -89,6 +89,11 @@ class TrainConfig:
         "the distillation head's share of the loss with --teacher (DeiT's hard distillation)", metavar="W"
     )
     freeze_backbone: bool = setting("train the head only (linear probe)", False)
+    early_stopping: int | None = setting(
+        "stop after N epochs without a better validation accuracy (the saved model is the best epoch's)",
+        metavar="N",
+        default_text="off",
+    )
     image_mean: tuple = setting("", (0.5, 0.5, 0.5), flag=False)  # replaced by --weights' own
     image_std: tuple = setting("", (0.5, 0.5, 0.5), flag=False)
     seed: int = setting("shuffles, splits, initialisation and augmentation", SEED)
@@ -133,7 +138,7 @@ class TrainConfig:
 
     def _check_numbers(self):
         counts = ("epochs", "batch_size", "backup_every_steps", "repeated_augmentation", "image_size")
-        for name in counts + ("steps_per_epoch",):  # steps_per_epoch: None is the whole dataset
+        for name in counts + ("steps_per_epoch", "early_stopping"):  # None: the whole dataset, off
             value = getattr(self, name)
             if (value is not None or name in counts) and value < 1:
                 raise ValueError(f"{name} must be at least 1, got {value}.")

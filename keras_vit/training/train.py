@@ -42,6 +42,7 @@ from keras_vit.training import distribute, keras_patches, optimizers
 from keras_vit.training.augment import BatchAugmentation
 from keras_vit.training.callbacks import (
     BestModelCheckpoint,
+    EarlyStopping,
     EpochEndWritten,
     EpochLog,
     EpochTimer,
@@ -210,6 +211,11 @@ def train(config, progress_bar=None):
         )
 
     run_data = _read_data(config)
+    if config.early_stopping and not run_data.validation_count:
+        raise ValueError(
+            "--early-stopping watches the validation accuracy, and this run has no validation images: "
+            "give --validation-split (or a val/ folder)."
+        )
     _check_same_run(run, run_data.class_names, _preprocessing(config))
     schedule = _schedule(config, run_data, where)
     with where.scope():
@@ -247,7 +253,10 @@ def _fit(model, run_data, config, schedule, callbacks, start_step, progress_bar)
     if epoch < config.epochs:
         spans.append((epoch, schedule.steps_per_epoch, epoch * schedule.steps_per_epoch))
     history = {}
+    stopper = next((c for c in callbacks if isinstance(c, EarlyStopping)), None)
     for first_epoch, steps_per_epoch, first_step in spans:
+        if stopper is not None and stopper.exhausted:
+            break  # --early-stopping ended the run (before a kill, when resumed)
         # The rest of an epoch ends after it, under the run's epoch count (which EMA's last swap reads).
         stop = [] if steps_per_epoch == schedule.steps_per_epoch else [_StopAfterThisEpoch()]
         fit = model.fit(
@@ -338,7 +347,8 @@ def _write_run_description(run, class_names, config):
 
 def _callbacks(config, run, schedule, where):
     """The run's callbacks in the order they must run, the best-model checkpoint and the backup."""
-    earlier = _merged_history(run.file(LOG_FILE), {}).get("val_accuracy", [])
+    logged = _merged_history(run.file(LOG_FILE), {}).get("val_accuracy", [])
+    earlier = logged
     if earlier and not zipfile.is_zipfile(run.model_file):
         # The best model so far is missing or damaged (truncated): the next validated epoch replaces it.
         logger.warning("%s is missing or damaged; the next validated epoch saves a new one.", run.model_file)
@@ -352,6 +362,7 @@ def _callbacks(config, run, schedule, where):
         # With --ema: validate, save and keep the weights' moving average (before `best`).
         *([keras.callbacks.SwapEMAWeights(swap_on_epoch=True)] if config.ema else []),
         best,
+        *([EarlyStopping(config.early_stopping, logged)] if config.early_stopping else []),
         EpochTimer(config.batch_size),  # before the CSV log, which writes what it adds
         EpochLog(run.file(LOG_FILE)),
         TensorBoardLog(run.file(TENSORBOARD_FOLDER)),
@@ -397,6 +408,7 @@ def _write_results(run, config, model, fit_history, best, schedule, chief, teach
         "optimizer_steps": optimizer_step(model),
         "final": {key: values[-1] for key, values in history.items() if values},
         "best_val_accuracy": None if best.best_epoch is None else best.best,
+        "stopped_early": bool(config.early_stopping) and len(history.get("loss", [])) < config.epochs,
         "history": history,
     }
     if teacher_cost:
