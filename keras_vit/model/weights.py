@@ -149,6 +149,7 @@ def _strip_wrappers(state):
 # modules the second), as regular expressions over the key without its "vit." prefix.
 _TRANSFORMERS_RENAMES = [
     (r"^embeddings\.cls_token$", "cls_token"),
+    (r"^embeddings\.distillation_token$", "dist_token"),  # DeiT
     (r"^embeddings\.position_embeddings$", "pos_embed"),
     (r"^embeddings\.patch_embeddings\.projection\.", "patch_embed.proj."),
     (r"^(?:encoder\.layer|layers)\.(\d+)\.layernorm_before\.", r"blocks.\1.norm1."),
@@ -162,15 +163,17 @@ _TRANSFORMERS_RENAMES = [
     (r"^(?:encoder\.layer\.(\d+)\.output\.dense|layers\.(\d+)\.mlp\.fc2)\.", r"blocks.\1\2.mlp.fc2."),
     (r"^layernorm\.", "norm."),
     (r"^pooler\.dense\.", "pre_logits.fc."),
-    (r"^classifier\.", "head."),
+    (r"^(?:cls_)?classifier\.", "head."),
+    (r"^distillation_classifier\.", "head_dist."),  # DeiT's second head
 ]
 
 
 def _transformers_to_timm(state):
-    """Converts a transformers `ViTModel` / `ViTForImageClassification` state dict to timm's."""
+    """Converts a transformers `ViTModel` / `ViTForImageClassification` (or DeiT's
+    `DeiTForImageClassificationWithTeacher`) state dict to timm's."""
     renamed = {}
     for key, value in state.items():
-        key = key[len("vit.") :] if key.startswith("vit.") else key
+        key = re.sub(r"^(?:vit|deit)\.", "", key)
         for pattern, replacement in _TRANSFORMERS_RENAMES:
             key, count = re.subn(pattern, replacement, key)
             if count:

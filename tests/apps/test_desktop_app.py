@@ -132,6 +132,25 @@ def test_savedmodel_and_keras_files_load_and_agree_with_the_tflite(
         np.testing.assert_allclose([p for _, p in top_k], [p for _, p in tops["tflite"]], atol=1e-5)
 
 
+def test_a_pretrained_name_opens_as_a_model_and_classifies(qtbot, window, image_folder, hub_cache):
+    """`keras-vit app desktop --model NAME`: the window opens a pretrained model by name (from the
+    stand-in hub), with its class names."""
+    import timm
+    from conftest import HUB
+    from timm.models import save_for_hf
+
+    reference = timm.create_model(
+        "vit_tiny_patch16_224", pretrained=False, num_classes=3, img_size=32, patch_size=4, embed_dim=32,
+        depth=1, num_heads=4, mlp_ratio=2.0,
+    )  # fmt: skip
+    labels = {"label_names": ["a", "b", "c"]}
+    save_for_hf(reference, HUB.repo_folder("tests/desktop-vit"), model_config=labels)
+    model = _load(qtbot, window, "hf-hub:tests/desktop-vit")
+    assert model.kind == "keras" and model.image_size == (32, 32)
+    top_k = _classify(qtbot, window, sorted(image_folder.glob("*.png"))[0]).top_k
+    assert sorted(name for name, _ in top_k) == ["a", "b", "c"]
+
+
 def test_folder_mode_fills_a_sortable_table_and_exports_csv(
     qtbot, window, export_folder, image_folder, tmp_path
 ):

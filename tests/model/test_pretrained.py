@@ -98,6 +98,29 @@ def test_a_transformers_repo_gives_transformers_logits_labels_and_normalisation(
     assert difference < 1e-4
 
 
+def test_a_transformers_deit_with_its_distillation_head_gives_its_logits(hub_cache, record_parity):
+    transformers = pytest.importorskip("transformers")
+    config = transformers.DeiTConfig(
+        image_size=32, patch_size=4, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+        intermediate_size=64, id2label=dict(enumerate(["ant", "bee"])),
+        architectures=["DeiTForImageClassificationWithTeacher"],
+    )  # fmt: skip
+    torch.manual_seed(2)
+    reference = transformers.DeiTForImageClassificationWithTeacher(config).eval()
+    folder = HUB.repo_folder("tests/tiny-deit")
+    shutil.rmtree(folder, ignore_errors=True)
+    reference.save_pretrained(folder)
+    model = keras_vit.create_model("hf-hub:tests/tiny-deit", pretrained=True)
+    assert model.class_names == ["ant", "bee"] and model.distillation_token
+    pixels = _pixels(6)
+    x = (pixels / 255 - 0.5) / 0.5  # no preprocessor_config.json: the ViT default
+    with torch.no_grad():
+        expected = reference(torch.from_numpy(x.transpose(0, 3, 1, 2)).float()).logits.numpy()
+    difference = np.abs(np.asarray(model(pixels)) - expected).max()
+    record_parity("transformers DeiT (with teacher head) hub repo, tiny logits", difference, 1e-4)
+    assert difference < 1e-4
+
+
 @pytest.fixture(scope="module")
 def imagenet_vit_ti():
     """A randomly initialised ViT-Ti/16 where the hub keeps timm's default tag for it: a config

@@ -16,7 +16,8 @@ from conftest import NATIVE_LOG_LINE, TINY_MODEL
 
 pytest.importorskip("jax")
 
-TINY_FLAGS = [f"--override={k}={v}" for k, v in TINY_MODEL.items()]
+# One block: the runs here compile with XLA four times, and what they test does not depend on depth.
+TINY_FLAGS = [f"--override={k}={v}" for k, v in dict(TINY_MODEL, depth=1).items()]
 
 
 def _env(backend, **extra):
