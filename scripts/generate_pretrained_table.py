@@ -5,8 +5,9 @@
 For every architecture keras-vit builds that timm has (`keras_vit.list_models()` and
 `timm.list_models()`), every tag timm has weights for on a hub: its repo, input size,
 mean/std, crop, class count and label set. The label sets (ImageNet-1k and the ImageNet
-variants these tags use) are written as timm's `ImageNetInfo` describes them. Run it again
-after upgrading timm, and commit what it writes; keras-vit reads these files, never timm.
+variants these tags use) are written as timm's `ImageNetInfo` gives them: each class's WordNet
+id and description. Run it again after upgrading timm, and commit what it writes; keras-vit
+reads these files, never timm.
 """
 
 import gzip
@@ -76,10 +77,12 @@ def main():
         json.dump(table, f, indent=1, sort_keys=True)
         f.write("\n")
     for name in label_sets:
-        descriptions = ImageNetInfo(name).label_descriptions()
+        info = ImageNetInfo(name)
+        pairs = zip(info.label_names(), info.label_descriptions(), strict=True)
+        rows = [f"{wnid}\t{text}" for wnid, text in pairs]
         # mtime=0: the same names give the same bytes, so a rerun changes nothing in git.
         with gzip.GzipFile(os.path.join(TABLES, LABEL_SET_FILE.format(name)), "wb", mtime=0) as f:
-            f.write(("\n".join(descriptions) + "\n").encode())
+            f.write(("\n".join(rows) + "\n").encode())
     print(f"{len(tags)} tags of {len(defaults)} architectures, label sets {', '.join(label_sets)}: {TABLES}")
 
 

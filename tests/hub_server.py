@@ -2,8 +2,9 @@
 
 It answers what `huggingface_hub.hf_hub_download` asks, as the hub does:
 `HEAD`/`GET /{org}/{name}/resolve/{revision}/{file}` with `X-Repo-Commit`, `ETag` and
-`Content-Length` (and `Range` for resumed downloads), and 404 with `X-Error-Code`
-(`RepoNotFound`, `RevisionNotFound`, `EntryNotFound`) for what does not exist. Repos are folders
+`Content-Length` (and `Range` for resumed downloads), 404 with `X-Error-Code`
+(`RepoNotFound`, `RevisionNotFound`, `EntryNotFound`) for what does not exist, and 401 with
+`GatedRepo` for a gated repo asked without its token. Repos are folders
 under `root` (`root/org/name/...`) that tests write, e.g. with `timm.models.save_for_hf`.
 
 conftest.py starts one per test process and points `HF_ENDPOINT` at it before anything imports
@@ -20,11 +21,13 @@ import urllib.parse
 
 class HubServer:
     """Serves the repos under `root`. `cut_files`: names whose GET sends half the bytes and then
-    closes the connection, as a network that drops mid-download. `requests`: the paths asked."""
+    closes the connection, as a network that drops mid-download. `gated`: `{repo: token}`, repos
+    served only to requests that carry `Authorization: Bearer <token>`. `requests`: the paths asked."""
 
     def __init__(self, root):
         self.root = os.fspath(root)
         self.cut_files = set()
+        self.gated = {}
         self.requests = []
         server = self
 
@@ -89,17 +92,20 @@ class HubServer:
         self.requests.append((handler.command, path))
         parts = path.strip("/").split("/")
         if len(parts) < 5 or parts[2] != "resolve":
-            return self._not_found(handler, "RepoNotFound", "Repository Not Found")
+            return self._refuse(handler, 404, "RepoNotFound", "Repository Not Found")
         repo, revision, filename = "/".join(parts[:2]), parts[3], "/".join(parts[4:])
         folder = self.repo_folder(repo)
         if not os.path.isdir(folder):
-            return self._not_found(handler, "RepoNotFound", "Repository Not Found")
+            return self._refuse(handler, 404, "RepoNotFound", "Repository Not Found")
+        if repo in self.gated and handler.headers.get("Authorization") != f"Bearer {self.gated[repo]}":
+            message = f"Access to model {repo} is restricted: you must be authenticated."
+            return self._refuse(handler, 401, "GatedRepo", message)
         commit = self.commit(repo)
         if revision not in ("main", commit):
-            return self._not_found(handler, "RevisionNotFound", "Invalid rev id")
+            return self._refuse(handler, 404, "RevisionNotFound", "Invalid rev id")
         file = os.path.join(folder, filename)
         if not os.path.isfile(file):
-            return self._not_found(handler, "EntryNotFound", "Entry not found", commit)
+            return self._refuse(handler, 404, "EntryNotFound", "Entry not found", commit)
         with open(file, "rb") as f:
             data = f.read()
         start = _range_start(handler.headers.get("Range"))
@@ -122,9 +128,9 @@ class HubServer:
         handler.wfile.write(body)
 
     @staticmethod
-    def _not_found(handler, code, message, commit=None):
+    def _refuse(handler, status, code, message, commit=None):
         body = f'{{"error": "{message}"}}'.encode()
-        handler.send_response(404)
+        handler.send_response(status)
         handler.send_header("X-Error-Code", code)
         handler.send_header("X-Error-Message", message)
         if commit:

@@ -210,7 +210,7 @@ def read_image_folder(path, validation_split=VALIDATION_SPLIT, seed=SEED):
         images = tuple(read(n) if read else os.path.join(path, *n.split("/")) for n in names)
         return Split(images, tuple(label for _, label in pairs), tuple(names))
 
-    train = by_split["train"]
+    train = by_split.get("train", {})
     if "validation" not in by_split:
         train, by_split["validation"] = _hold_out(train, validation_split, seed)
     splits = {"train": make_split(train), "validation": make_split(by_split["validation"])}
@@ -279,12 +279,6 @@ def _group(files, source):
         raise ValueError(
             f"{source} holds no class_name/image files (looked for {', '.join(IMAGE_EXTENSIONS)})."
         )
-    if "train" not in grouped:
-        found = ", ".join(f"{split}/" for split in sorted(grouped))
-        raise ValueError(
-            f"{source} has {found} but no train/ folder: a dataset to train on keeps its training "
-            f"images in train/class_name/ (or class_name/ with no split folders)."
-        )
     class_depth = 2 if split_layout else 1
     holding = {f.rsplit("/", 1)[0] for f in images}
     empty = sorted(f for f in folders if f.count("/") == class_depth - 1 and f not in holding)
@@ -296,7 +290,8 @@ def _group(files, source):
 
 
 def _class_names(by_split, source):
-    names = sorted(by_split["train"])
+    # A dataset of held-out images alone (val/ or test/, no train/) is one to evaluate on.
+    names = sorted(by_split.get("train") or set().union(*by_split.values()))
     if len(names) < 2:
         raise ValueError(
             f"{source} has {len(names)} class folder(s) ({names}); a classifier needs at least 2."

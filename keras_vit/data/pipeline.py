@@ -350,6 +350,12 @@ def read_training_data(
     """
     found = datasets.load_dataset(dataset, validation_split=validation_split, seed=seed)
     train_split, val_split = found["train"], found["validation"]
+    if not len(train_split):
+        raise ValueError(
+            f"{found.source} has no training images: a dataset to train on keeps them in "
+            f"train/class_name/ (or class_name/ with no split folders); one of val/ or test/ alone "
+            f"is for `keras-vit evaluate`."
+        )
     datasets.check_images([train_split, val_split])
     if len(train_split) < batch_size:
         raise ValueError(

@@ -15,6 +15,7 @@ from keras_vit.data import datasets
 from keras_vit.data.contract import InputContract
 from keras_vit.files import write_json
 from keras_vit.inference.runtimes import KerasRunner, Runner
+from keras_vit.model import pretrained
 from keras_vit.storage import plots
 from keras_vit.storage.run_folder import DatasetSpec
 
@@ -28,21 +29,22 @@ def evaluate(model, dataset=datasets.DATASET, split=None, batch_size=100):
     `DatasetSpec` (`recorded_dataset(path)`), whose validation split and seed carve the
     same validation images as training did.
 
+    A dataset of some of the model's classes (Imagenette for an ImageNet classifier) is scored
+    on its classes alone: the model chooses among them.
+
     Returns:
         A dict with `top1`, `top5`, `per_class` accuracy, the `confusion`
-        matrix (rows: true class, columns: predicted), `count` and `split`.
+        matrix (rows: true class, columns: predicted), `count`, `split` and `model_classes`.
     """
     runner = model if isinstance(model, Runner) else KerasRunner(model)
     spec = dataset if isinstance(dataset, DatasetSpec) else DatasetSpec(os.fspath(dataset))
     folder, split = spec.held_out(split)
     class_names = list(folder.class_names)
-    if runner.class_names is not None and list(runner.class_names) != class_names:
-        raise ValueError(
-            f"The model's classes {list(runner.class_names)} differ from the dataset's {class_names}; "
-            f"evaluate on the dataset the model was trained for."
-        )
+    columns = _model_columns(runner.class_names, class_names)
     batches = _image_batches(folder[split], runner.image_size, batch_size, runner.uses_tensorflow)
     scores = np.concatenate([runner.predict(batch) for batch in batches])
+    if columns is not None:
+        scores = scores[:, columns]
     labels = np.asarray(folder[split].labels)
     ranked = np.argsort(-scores, axis=1)
     top1 = ranked[:, 0] == labels
@@ -61,7 +63,31 @@ def evaluate(model, dataset=datasets.DATASET, split=None, batch_size=100):
         "per_class": per_class,
         "class_names": class_names,
         "confusion": confusion.tolist(),
+        # Of how many classes the model chose: the dataset's alone when they are a part of the model's.
+        "model_classes": len(class_names) if columns is None else len(runner.class_names),
     }
+
+
+def _model_columns(model_classes, class_names):
+    """The model's output for each of the dataset's classes, in the dataset's order; None when
+    they are the model's own. Data of some of the model's classes (Imagenette for an ImageNet
+    classifier) is scored on those classes alone, each found by its name, or by its WordNet id
+    for an ImageNet classifier (the folder names of ImageNet data)."""
+    if model_classes is None or list(model_classes) == class_names:
+        return None
+    names = list(model_classes)
+    column = {name: i for i, name in enumerate(names)}
+    column.update((wnid, i) for i, wnid in enumerate(pretrained.wordnet_ids(names) or ()))
+    missing = [name for name in class_names if name not in column]
+    if missing:
+        shown = ", ".join(missing[:3]) + (", ..." if len(missing) > 3 else "")
+        raise ValueError(
+            f"{len(missing)} of the dataset's {len(class_names)} classes ({shown}) are none of the "
+            f"model's {len(names)} ({', '.join(names[:3])}{', ...' if len(names) > 3 else ''}): evaluate "
+            f"on images of the model's classes, in folders named as its classes (or by WordNet id, "
+            f"for an ImageNet model)."
+        )
+    return [column[name] for name in class_names]
 
 
 def _image_batches(split, image_size, batch_size, tensorflow):

@@ -157,6 +157,21 @@ def _from_transformers(config, source, preprocessor):
     )
 
 
+def nearest_architecture(arguments):
+    """The named architecture that shares the most of `arguments` (a transformers repo's, which
+    names none), preferring, among equals, the one at the same image size: training builds a
+    named architecture and overrides where the repo differs."""
+    size = arguments.get("image_size")
+    size = size if isinstance(size, int) else (size or [None])[0]
+
+    def shared(name):
+        config = get_model_config(name)
+        same = sum(config.get(key) == value for key, value in arguments.items() if key != "image_size")
+        return same, config["image_size"] == size, name
+
+    return max(MODEL_CONFIGS, key=shared)
+
+
 def timm_config(model, architecture):
     """timm's `config.json` for a keras-vit ViT built as `architecture` (a name timm has):
     what `timm.create_model("local-dir:...", pretrained=True)` reads."""

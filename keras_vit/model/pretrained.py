@@ -27,7 +27,8 @@ from keras_vit.model.configs import get_model_config
 
 TABLES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tables")
 TABLE_FILE = "pretrained.json"
-LABEL_SET_FILE = "{}.txt.gz"
+# A label set's classes, a row each: the WordNet id, a tab, timm's description.
+LABEL_SET_FILE = "{}.tsv.gz"
 HUB_PREFIX, LOCAL_PREFIX = "hf-hub:", "local-dir:"
 _REPO = re.compile(r"[\w.-]+/[\w.-]+")
 
@@ -66,8 +67,22 @@ def looks_like_a_name(text):
 
 def label_set(name):
     """The class descriptions of an ImageNet label set (`imagenet-1k`, ...), as timm gives them."""
+    return [description for _, description in _label_rows(name)]
+
+
+def wordnet_ids(class_names):
+    """The WordNet ids (`n01440764`, ...) of `class_names` when they are a label set keras-vit
+    ships (a pretrained ImageNet classifier's), else None: the folder names of ImageNet data."""
+    for name, count in _table()["label_sets"].items():
+        if count == len(class_names or ()) and label_set(name) == list(class_names):
+            return [wnid for wnid, _ in _label_rows(name)]
+    return None
+
+
+@functools.cache
+def _label_rows(name):
     with gzip.open(os.path.join(TABLES, LABEL_SET_FILE.format(name)), "rt") as f:
-        return f.read().splitlines()
+        return [tuple(line.split("\t", 1)) for line in f.read().splitlines()]
 
 
 def class_names_for(num_classes):

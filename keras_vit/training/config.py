@@ -237,21 +237,22 @@ def _take_pretrained_settings(values):
     """`--weights NAME`: the pretrained model's architecture and image size, unless given, and
     its normalisation (its config.json is read; the weights download when the run builds)."""
     from keras_vit.model import pretrained
+    from keras_vit.model.hub_config import nearest_architecture
 
     name = values["weights"]
     found = pretrained.read_hub_model(pretrained.resolve(name))
-    if found.name not in configs.MODEL_CONFIGS:
+    # A timm repo names its architecture; a transformers one is built as the nearest named one.
+    architecture = found.name
+    if architecture not in configs.MODEL_CONFIGS:
+        architecture = nearest_architecture(found.arguments)
+    if values["model"] not in (None, architecture):
         raise ValueError(
-            f"--weights {name} is a transformers {found.name} repo; training starts from timm's names and "
-            f"repos (arch.tag, or hf-hub: a timm repo), or from a checkpoint file."
+            f"--weights {name} is a {architecture}, and --model says {values['model']}: drop --model."
         )
-    if values["model"] not in (None, found.name):
-        raise ValueError(
-            f"--weights {name} is a {found.name}, and --model says {values['model']}: drop --model."
-        )
-    values["model"] = found.name
-    # What the repo builds differently from the named config (a timm repo's model_args).
-    named = configs.get_model_config(found.name)
+    values["model"] = architecture
+    # What the repo builds differently from the named config (a timm repo's model_args, or
+    # everything a transformers repo's config says otherwise).
+    named = configs.get_model_config(architecture)
     differs = {k: v for k, v in found.arguments.items() if k not in _OWNED and named.get(k) != v}
     values["overrides"] = {**differs, **values["overrides"]}
     if values["image_size"] is None:

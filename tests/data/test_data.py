@@ -108,7 +108,6 @@ def test_splits_become_tf_data_of_encoded_images_and_labels(tmp_path):
             r"test split has classes the train split lacks: \['bird'\]",
         ),
         ({}, "holds no class_name/image files"),
-        ({"val/cat": 2, "val/dog": 2}, r"has validation/ but no train/ folder"),
     ],
 )
 def test_bad_layouts_name_the_problem(tmp_path, layout, message):
@@ -116,6 +115,19 @@ def test_bad_layouts_name_the_problem(tmp_path, layout, message):
     os.makedirs(root, exist_ok=True)
     with pytest.raises(ValueError, match=message):
         data.read_image_folder(root)
+
+
+def test_held_out_images_alone_are_a_dataset_to_evaluate_on_and_training_on_it_is_one_line(tmp_path):
+    from keras_vit.data import pipeline
+
+    root = _write_folder(tmp_path / "imagenette", {"val/n01440764": 2, "val/n02102040": 3})
+    dataset = data.read_image_folder(root)
+    assert dataset.class_names == ("n01440764", "n02102040")
+    assert len(dataset["train"]) == 0 and dataset["validation"].labels == (0, 0, 1, 1, 1)
+    with pytest.raises(
+        ValueError, match=r"imagenette has no training images: .* is for `keras-vit evaluate`"
+    ):
+        pipeline.read_training_data(root, image_size=(8, 8), batch_size=2)
 
 
 def test_missing_paths_and_non_datasets_are_clear_errors(tmp_path):

@@ -3,6 +3,7 @@ conftest starts (tests/hub_server.py): repos written here by timm and transforme
 
 import json
 import os
+import re
 import shutil
 
 import numpy as np
@@ -282,3 +283,78 @@ def test_a_download_cut_off_or_stopped_by_a_full_disk_is_one_line_and_the_next_t
     assert "The download of model.safetensors of timm/vit_tiny_patch16_224" in line, line
     assert "broke off" in line and "it resumes where it stopped" in line, line
     assert len(keras_vit.create_model(name, pretrained=True).class_names) == 1000
+
+
+def test_a_gated_repo_is_one_line_naming_hf_token_and_loads_once_it_is_set(
+    tiny_timm, hub_cache, tmp_path, capsys, monkeypatch
+):
+    from huggingface_hub import constants
+
+    _timm_repo("tests/gated-vit", tiny_timm, safe_serialization=True)
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    monkeypatch.setattr(constants, "HF_TOKEN_PATH", str(tmp_path / "no-token"))  # nor `hf auth login`'s
+    HUB.gated["tests/gated-vit"] = "hf_test_token"
+    try:
+        line = _one_line_error(capsys, "hf-hub:tests/gated-vit", str(tmp_path / "any.png"))
+        assert "tests/gated-vit is gated: accept its terms on the hub, then set HF_TOKEN" in line, line
+        monkeypatch.setenv("HF_TOKEN", "hf_test_token")
+        model = keras_vit.create_model("hf-hub:tests/gated-vit", pretrained=True)
+    finally:
+        HUB.gated.clear()
+    assert model.num_classes == 5
+
+
+def test_a_download_in_a_terminal_shows_huggingface_hubs_progress_bar(tiny_timm, hub_cache, tmp_path):
+    """In a terminal (a pseudo-terminal here) the download shows huggingface_hub's progress bar;
+    in a pipe, as in the tests above, the command prints no bar."""
+    import pty
+    import subprocess
+    import sys
+
+    from PIL import Image
+
+    _timm_repo("tests/tiny-vit", tiny_timm, model_config=LABELLED, safe_serialization=True)
+    image = tmp_path / "photo.png"
+    Image.fromarray(_pixels(7)[0].astype("uint8")).save(image)
+    leader, follower = pty.openpty()
+    command = [sys.executable, "-m", "keras_vit", "predict", "hf-hub:tests/tiny-vit", str(image)]
+    process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=follower, stderr=follower)
+    os.close(follower)
+    shown = b""
+    while chunk := _read_terminal(leader):
+        shown += chunk
+    os.close(leader)
+    assert process.wait(timeout=120) == 0, shown.decode(errors="replace")[-2000:]
+    text = shown.decode(errors="replace")
+    assert "model.safetensors: 100%" in text, text[-2000:]
+    assert re.search(rf"{re.escape(str(image))}: [a-e] [01]\.\d{{3}}, ", text), text[-2000:]  # the classes
+
+
+def _read_terminal(leader):
+    try:
+        return os.read(leader, 1 << 16)
+    except OSError:  # EIO: the command ended and closed the terminal
+        return b""
+
+
+def test_evaluate_scores_an_imagenet_name_on_some_of_its_classes_in_folders_named_by_wordnet_id(
+    imagenet_vit_ti, hub_cache, tmp_path, capsys
+):
+    """Imagenette's layout (val/<wnid>/...): the model chooses among the dataset's classes alone."""
+    from PIL import Image
+
+    wnids = ["n01440764", "n02102040"]  # tench and English springer, two of Imagenette's classes
+    pixels = np.concatenate([_pixels(10 + k, size=224) for k in range(2)]).round()
+    for i, image in enumerate(pixels):
+        folder = tmp_path / "imagenette" / "val" / wnids[i // 2]
+        folder.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(image.astype("uint8")).save(folder / f"{i}.png")
+    name = "vit_tiny_patch16_224.augreg_in21k_ft_in1k"
+    argv = ["evaluate", name, "--dataset", str(tmp_path / "imagenette"), "--output", str(tmp_path / "report")]
+    assert main([*argv, "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["model_classes"] == 1000 and result["count"] == 4 and list(result["per_class"]) == wnids
+    imagenet = pretrained.wordnet_ids(pretrained.label_set("imagenet-1k"))
+    chosen = _timm_logits(imagenet_vit_ti, pixels)[:, [imagenet.index(wnid) for wnid in wnids]].argmax(axis=1)
+    assert result["top1"] == np.mean(chosen == [0, 0, 1, 1]) and result["top5"] == 1.0
+    assert (tmp_path / "report" / "evaluation.json").exists()

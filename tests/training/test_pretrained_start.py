@@ -4,6 +4,7 @@ its architecture, image size and normalisation, with a new head for the dataset'
 import json
 
 import numpy as np
+import pytest
 import timm
 import torch
 from conftest import HUB
@@ -48,3 +49,33 @@ def test_train_with_a_name_that_is_no_model_is_one_line(colors_dataset, hub_cach
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert "did you mean vit_small_patch16_224" in line, line
     assert not (tmp_path / "run").exists()
+
+
+def test_train_from_a_transformers_repo_builds_the_nearest_architecture_with_its_weights(
+    colors_dataset, hub_cache, tmp_path
+):
+    """A transformers repo names no timm architecture: the run builds the nearest named one and
+    overrides where the repo differs (width, depth, LayerNorm epsilon), with its weights."""
+    transformers = pytest.importorskip("transformers")
+    config = transformers.ViTConfig(
+        image_size=32, patch_size=4, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+        intermediate_size=64, id2label=dict(enumerate(["cat", "dog", "fox", "owl"])),
+    )  # fmt: skip
+    torch.manual_seed(4)
+    reference = transformers.ViTForImageClassification(config)
+    reference.save_pretrained(HUB.repo_folder("tests/transformers-to-tune"))
+    output = tmp_path / "run"
+    argv = [
+        "train", "--dataset", colors_dataset, "--weights", "hf-hub:tests/transformers-to-tune",
+        "--output", str(output), "--epochs", "1", "--steps-per-epoch", "2", "--batch-size", "8",
+        "--validation-split", "0.25", "--freeze-backbone", "--no-jit-compile",
+    ]  # fmt: skip
+    assert main(argv) == 0
+    model = load_trained_model(output)
+    assert model.name == "vit_nano_patch4_32" and model.image_size == (32, 32)  # patch 4 at 32 px
+    assert (model.hidden_dim, model.depth, model.mlp_dim, model.num_classes) == (32, 2, 64, 3)
+    assert model.layer_norm_epsilon == 1e-12 and model.image_mean == [0.5, 0.5, 0.5]
+    state = reference.state_dict()
+    kernel = {w.path: np.asarray(w) for w in model.weights}["block_1/attention/qkv/kernel"]
+    query = state["vit.encoder.layer.1.attention.attention.query.weight"].numpy()
+    np.testing.assert_allclose(kernel[:, :32], query.T, atol=1e-6)  # the frozen backbone is the repo's
