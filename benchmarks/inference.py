@@ -108,10 +108,10 @@ def runtimes(name, folder, names, calibration_images):
             built[runtime] = (SavedModelRunner(path).predict, "nhwc")
         elif runtime.startswith("tflite_"):
             variant = runtime.removeprefix("tflite_")
-            options = {}
-            if variant == "int8":
-                options = dict(representative_images=calibration_images, int8_input="float32")
-            built[runtime] = (_litert(tflite.convert(classifier, variant, **options)), "nhwc")
+            calibration = None
+            if variant in tflite.INTEGER_VARIANTS:
+                calibration = tflite.Calibration(classifier, calibration_images, int8_input="float32")
+            built[runtime] = (_litert(tflite.convert(classifier, variant, calibration)), "nhwc")
         elif runtime == "onnxruntime_timm":
             built[runtime] = (_onnxruntime(peer, folder), "nchw")
         elif runtime == "torch_timm":

@@ -46,7 +46,8 @@ from keras_vit.storage.run_folder import RunFolder
 logger = logging.getLogger(__name__)
 
 FORMATS = ("saved_model", "tflite", "onnx")
-QUANTIZATIONS = ("fp16", "dynamic", "int8")
+# The TFLite variants beside fp32 that --quantize picks from.
+QUANTIZATIONS = tuple(v for v in tflite.VARIANTS if v != "fp32")
 
 
 def parse_formats(value):
@@ -141,7 +142,8 @@ def export_model(
         name: the serving name (default: the model's, e.g. `vit_nano_patch4_32`).
         dataset: held-out images for verification and training images for int8
             calibration; a run folder's own dataset by default.
-        int8_input: `"uint8"` or `"float32"` input for the full-integer model.
+        int8_input: `"uint8"` or `"float32"` input for the `int8` and `int16x8` models
+            (`int8_strict` always takes uint8).
         verify: run the agreement checks (the report is written either way
             when on).
         attention: also write `model_attention.tflite` (fp32), which returns the
@@ -163,7 +165,8 @@ def export_model(
     pretrained = located.kind == "pretrained"
     if pretrained and spec.name is None:
         spec = spec.with_name(DATASET)
-    if (verify or ("tflite" in formats and "int8" in quantize)) and spec.name is None:
+    integer = "tflite" in formats and any(v in tflite.INTEGER_VARIANTS for v in quantize)
+    if (verify or integer) and spec.name is None:
         raise ValueError(
             f"{source} is not a run folder, so its dataset is unknown: pass --dataset (a folder, .zip, "
             f"tfds name or cifar10-mini) for verification and int8 calibration, or --no-verify."
@@ -181,7 +184,7 @@ def export_model(
         manifest = _manifest(classifier, source, spec, staging.version, formats, variants, files)
         manifest.update(
             recommended_tflite=tflite_file(recommended) if recommended else None,
-            int8_input=int8_input if "int8" in quantize else None,
+            int8_input=int8_input if integer else None,
             verification=report,
         )
         staging.publish(manifest)
@@ -258,16 +261,18 @@ def _convert(classifier, staging, formats, variants, spec, int8_input, calibrati
         logger.info("Writing the serving SavedModel ...")
         serving.write_saved_model(classifier, staging.saved_model)
         files["saved_model"] = staging.saved_model
-    representative = None
-    if "int8" in variants:
-        representative = tflite.representative_images(spec, classifier.image_size, count=calibration_images)
+    calibration = None
+    if any(v in tflite.INTEGER_VARIANTS for v in variants):
+        logger.info("Calibrating the integer variants ...")
+        images = tflite.representative_images(spec, classifier.image_size, count=calibration_images)
+        calibration = tflite.Calibration(classifier, images, int8_input)
     for variant in variants:
         logger.info("Converting TFLite %s ...", variant)
         if variant == "attention":
             flatbuffer = tflite.convert_with_attention(classifier)
             description = f"{classifier.name} (fp32, with attention rollout), exported by keras-vit"
         else:
-            flatbuffer = tflite.convert(classifier, variant, representative, int8_input=int8_input)
+            flatbuffer = tflite.convert(classifier, variant, calibration)
             description = f"{classifier.name} ({variant}), exported by keras-vit from {source}"
         path = os.path.join(staging.files, tflite_file(variant))
         write_bytes(path, metadata.add_metadata(flatbuffer, classifier, description))

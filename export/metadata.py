@@ -119,10 +119,20 @@ def _version():
         return "keras-vit"
 
 
+def _inline_buffers(model, flatbuffer):
+    """Moves weights stored after the flatbuffer (by offset, as ai-edge-quantizer writes them) into
+    the flatbuffer itself: repacking would otherwise leave their offsets pointing past the end."""
+    for buffer in model.buffers:
+        if buffer.offset and buffer.offset > 1:
+            buffer.data = bytearray(flatbuffer[buffer.offset : buffer.offset + buffer.size])
+            buffer.offset, buffer.size = 0, 0
+
+
 def add_metadata(flatbuffer, classifier, description=""):
     """Returns the `.tflite` bytes with metadata and the label file attached."""
     _, schema = schemas()
     model = schema.ModelT.InitFromObj(schema.Model.GetRootAs(flatbuffer, 0))
+    _inline_buffers(model, flatbuffer)
     graph = model.subgraphs[0]
     input_type = graph.tensors[graph.inputs[0]].type
     output_ranks = [len(graph.tensors[i].shape) for i in graph.outputs]

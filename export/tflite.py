@@ -1,8 +1,9 @@
-"""TFLite for phones and boards: fp32, fp16, dynamic-range int8 and full-integer int8.
+"""TFLite for phones and boards: fp32, fp16, dynamic-range int8 and the integer variants.
 
 Every variant has a static batch of 1 (XNNPACK keeps a static graph whole and
-LiteRT.js needs it), takes RGB pixels in [0, 255] (float32, or uint8 for
-full-integer int8 when asked) and returns float32 probabilities. Only builtin
+LiteRT.js needs it) and takes RGB pixels in [0, 255]: float32, or uint8 for the
+integer variants when asked. All return float32 probabilities but `int8_strict`,
+which is integer from end to end (uint8 in, uint8 probabilities out). Only builtin
 ops are allowed: a Flex or custom op fails the export, naming the op.
 """
 
@@ -15,28 +16,32 @@ import tensorflow as tf
 
 from keras_vit import framework_logs
 from keras_vit.data import pipeline
+from keras_vit.export import quantize
 from keras_vit.model.attention import AttentionRollout
+from keras_vit.storage.export_folder import INTEGER_VARIANTS, TFLITE_VARIANTS
 
 logger = logging.getLogger(__name__)
 
-# The variants, in the order they are exported and reported.
-VARIANTS = ("fp32", "fp16", "dynamic", "int8")
+VARIANTS = TFLITE_VARIANTS
 
 
 class UnsupportedOpError(ValueError):
     """The converted model needs an op outside TFLite's builtins (a Flex or custom op)."""
 
 
-def _converter(classifier, folder, outputs=None):
+def _converter(classifier, folder, outputs=None, input_dtype="float32"):
     """A converter from a batch-1 SavedModel (Keras 3 models cannot go through from_keras_model).
 
     `outputs` maps images to a dict of output tensors; probabilities alone by default.
+    `input_dtype="uint8"` takes pixels as bytes and casts them to float32 in the graph.
     """
     height, width = classifier.image_size
-    spec = tf.TensorSpec([1, height, width, classifier.channels], tf.float32, name="images")
+    spec = tf.TensorSpec([1, height, width, classifier.channels], input_dtype, name="images")
     archive = keras.export.ExportArchive()
     archive.track(classifier.model)
-    outputs = outputs or (lambda images: {"probabilities": classifier.probabilities(images)})
+    outputs = outputs or (
+        lambda images: {"probabilities": classifier.probabilities(keras.ops.cast(images, "float32"))}
+    )
     archive.add_endpoint("serving_default", outputs, [spec])
     archive.write_out(folder, verbose=False)
     return tf.lite.TFLiteConverter.from_saved_model(folder)
@@ -62,27 +67,51 @@ def convert_with_attention(classifier):
     return flatbuffer
 
 
-def convert(classifier, variant, representative_images=None, int8_input="uint8"):
+class Calibration:
+    """What the integer variants are quantised from: the fp32 model with the integer variants'
+    input type (`int8_input`), and each tensor's range over the representative images.
+    Calibrated once for every recipe (`export.quantize`)."""
+
+    def __init__(self, classifier, representative_images, int8_input="uint8"):
+        if representative_images is None or len(representative_images) == 0:
+            raise ValueError("Integer TFLite variants need representative images from the training data.")
+        self.float_model = convert(classifier, "fp32", input_dtype=int8_input)
+        self.ranges = quantize.calibrate(self.float_model, representative_images, int8_input)
+        self.representative_images = representative_images
+        self.int8_input = int8_input
+
+
+def convert(classifier, variant, calibration=None, input_dtype="float32"):
     """Converts to one TFLite variant and returns the flatbuffer's bytes.
 
     Args:
         classifier: an `export.classifier.Classifier`.
         variant: one of `VARIANTS`.
-        representative_images: float32 `(n, height, width, channels)` pixels
-            from the training data; calibrates full-integer int8.
-        int8_input: `"uint8"` (pixels as bytes, what camera pipelines give) or
-            `"float32"` for the full-integer variant's input.
+        calibration: a `Calibration`, for the integer variants (`INTEGER_VARIANTS`).
+        input_dtype: the float variants' input, `"float32"` or `"uint8"` (cast in the graph).
 
     Raises:
         UnsupportedOpError: the graph needs a Flex or custom op.
-        ValueError: an unknown variant, or int8 without representative images.
+        ValueError: an unknown variant, or an integer one without a calibration.
     """
     if variant not in VARIANTS:
         raise ValueError(f"Unknown TFLite variant {variant!r}; choose from {', '.join(VARIANTS)}.")
-    if int8_input not in ("uint8", "float32"):
-        raise ValueError(f"int8_input must be 'uint8' or 'float32', got {int8_input!r}.")
+    if variant in INTEGER_VARIANTS and calibration is None:
+        raise ValueError(f"The {variant} TFLite variant needs a Calibration from the training images.")
+    if variant in quantize.RECIPES:
+        flatbuffer = quantize.quantize(calibration.float_model, quantize.RECIPES[variant], calibration.ranges)
+    else:
+        flatbuffer = _convert_from_saved_model(classifier, variant, calibration, input_dtype)
+    check_builtin_ops(flatbuffer)
+    return flatbuffer
+
+
+def _convert_from_saved_model(classifier, variant, calibration, input_dtype):
+    """fp32, fp16 and dynamic-range int8 by the TFLite converter; and the strict variant, its
+    integer-only mode: int8 kernels for every op (the conversion fails where one has none), uint8
+    pixels in and uint8 probabilities out."""
     with tempfile.TemporaryDirectory(prefix="keras-vit-tflite-") as folder:
-        converter = _converter(classifier, folder)
+        converter = _converter(classifier, folder, input_dtype=input_dtype)
         converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
         converter.allow_custom_ops = False
         if variant == "fp16":
@@ -90,23 +119,17 @@ def convert(classifier, variant, representative_images=None, int8_input="uint8")
             converter.target_spec.supported_types = [tf.float16]
         elif variant == "dynamic":
             converter.optimizations = [tf.lite.Optimize.DEFAULT]
-        elif variant == "int8":
-            if representative_images is None or len(representative_images) == 0:
-                raise ValueError("Full-integer int8 needs representative images from the training data.")
+        elif variant == "int8_strict":
             converter.optimizations = [tf.lite.Optimize.DEFAULT]
             converter.representative_dataset = lambda: (
-                [image[None].astype(np.float32)] for image in representative_images
+                [image[None].astype(np.float32)] for image in calibration.representative_images
             )
-            # Int8 kernels wherever TFLite has them; float builtins where it has none.
-            converter.target_spec.supported_ops = [
-                tf.lite.OpsSet.TFLITE_BUILTINS_INT8,
-                tf.lite.OpsSet.TFLITE_BUILTINS,
-            ]
-            if int8_input == "uint8":
-                converter.inference_input_type = tf.uint8
+            converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+            converter.inference_input_type = tf.uint8
+            converter.inference_output_type = tf.uint8
         try:
             with framework_logs.native_lines_muted():  # the calibrator prints "fully_quantize: 0, ..."
-                flatbuffer = converter.convert()
+                return converter.convert()
         except Exception as error:  # the converter raises its own ConverterError
             message = str(error)
             if "Flex" in message or "custom op" in message or "not supported" in message:
@@ -115,8 +138,6 @@ def convert(classifier, variant, representative_images=None, int8_input="uint8")
                     f"{_first_lines(message)}"
                 ) from None
             raise
-    check_builtin_ops(flatbuffer)
-    return flatbuffer
 
 
 def _first_lines(message, count=6):

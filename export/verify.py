@@ -2,9 +2,9 @@
 
 For each exported file, on the dataset's test split (else validation): top-1
 agreement with Keras, the max absolute difference of probabilities, accuracy,
-and for TFLite the size and batch-1 latency under LiteRT. The SavedModel is
-fed the images' encoded bytes through `serving_default`, exactly as a TF
-Serving REST request delivers them. Results go to `verification.json` and
+and for TFLite the size, batch-1 latency under LiteRT and the ops left in float.
+The SavedModel is fed the images' encoded bytes through `serving_default`,
+exactly as a TF Serving REST request delivers them. Results go to `verification.json` and
 `verification.md` beside the exports; a variant below its target is flagged.
 """
 
@@ -15,6 +15,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_vit.data.contract import InputContract
+from keras_vit.export import quantize
 from keras_vit.files import atomic_write, write_json
 from keras_vit.inference.runtimes import KerasRunner, open_model
 from keras_vit.storage.export_folder import VERIFICATION_FILES, ExportFolder
@@ -29,6 +30,8 @@ TARGETS = {
     "tflite_fp16": (1e-2, 0.995, None),
     "tflite_dynamic": (None, 0.99, 0.01),
     "tflite_int8": (None, 0.99, 0.01),
+    "tflite_int16x8": (None, 0.99, 0.01),
+    "tflite_int8_strict": (None, 0.99, 0.01),
 }
 
 
@@ -153,6 +156,8 @@ def verify_exports(keras_model, files, spec, split=None, limit=500, agreement_on
             result["bytes"] = os.path.getsize(path)
         if name.startswith("tflite_"):
             result["latency_ms"] = latency_ms(runner, images[0])
+            with open(path, "rb") as f:
+                result["float_ops"] = len(quantize.float_ops(f.read()))
         results[name] = result
     return {
         "dataset": str(spec.name),
@@ -174,16 +179,18 @@ def format_table(report):
     lines = [
         f"Verified on {report['count']} images of {report['dataset']} [{report['split']}]; {scored}",
         "",
-        "| export | max abs diff | top-1 agreement | accuracy | size (MB) | batch-1 latency (ms) | target |",
-        "|---|---|---|---|---|---|---|",
+        "| export | max abs diff | top-1 agreement | accuracy | size (MB) | batch-1 latency (ms) "
+        "| ops in float | target |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for name, r in report["results"].items():
         size = f"{r['bytes'] / 1e6:.2f}" if "bytes" in r else ""
         latency = f"{r['latency_ms']:.2f}" if "latency_ms" in r else ""
+        float_ops = str(r["float_ops"]) if "float_ops" in r else ""
         verdict = "met" if r["meets_target"] else "**BELOW TARGET**: " + "; ".join(r["failures"])
         lines.append(
             f"| {name} | {r['max_abs_difference']:.2e} | {r['top1_agreement']:.2%} "
-            f"| {_percent(r['accuracy'])} | {size} | {latency} | {verdict} |"
+            f"| {_percent(r['accuracy'])} | {size} | {latency} | {float_ops} | {verdict} |"
         )
     return "\n".join(lines) + "\n"
 

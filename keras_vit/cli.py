@@ -13,6 +13,7 @@ import typing
 
 from keras_vit import framework_logs
 from keras_vit.inference.runtimes import TOP_K
+from keras_vit.storage.export_folder import INTEGER_VARIANTS, TFLITE_VARIANTS
 
 
 def _models(args):
@@ -328,15 +329,15 @@ def _add_export_arguments(export):
     export.add_argument(
         "--quantize",
         default="fp16,dynamic",
-        help="TFLite variants beside fp32: a comma list of fp16,dynamic,int8 (default fp16,dynamic), "
-        "all or none. Full-integer int8 is opt-in: on ViTs it is slower than fp32 and below the "
-        "agreement target (see the README)",
+        help=f"TFLite variants beside fp32: a comma list of {','.join(TFLITE_VARIANTS[1:])} (default "
+        f"fp16,dynamic), all or none. The integer ones ({', '.join(INTEGER_VARIANTS)}) are opt-in: on "
+        f"this kind of CPU they are slower than fp32; each is verified against its targets (see the README)",
     )
     export.add_argument(
         "--int8-input",
         choices=("uint8", "float32"),
         default="uint8",
-        help="input type of the full-integer int8 model (default uint8)",
+        help="input type of the int8 and int16x8 models (default uint8; int8_strict takes uint8)",
     )
     export.add_argument(
         "--attention",

@@ -18,7 +18,7 @@ from conftest import TINY
 import keras_vit
 from keras_vit.cli import main
 from keras_vit.data import datasets as data
-from keras_vit.export import tflite
+from keras_vit.export import quantize, tflite
 from keras_vit.export.exporter import export_model, next_version, recommended_variant
 from keras_vit.inference.classifier import load_classifier
 from keras_vit.inference.runtimes import open_model
@@ -116,8 +116,15 @@ def test_tflite_models_hold_only_builtin_ops_and_a_static_batch_of_one(exported)
         assert not [op for op in tflite.operators(flatbuffer) if op.startswith("Flex")]
         runner = open_model(os.path.join(exported["folder"], f"model_{variant}.tflite"))
         assert list(runner.input_details["shape"]) == [1, 32, 32, 3]
-    int8 = open_model(os.path.join(exported["folder"], "model_int8.tflite"))
-    assert int8.input_dtype == "uint8"
+    for variant in ("int8", "int16x8"):
+        assert open_model(os.path.join(exported["folder"], f"model_{variant}.tflite")).input_dtype == "uint8"
+    # Integer from end to end: uint8 pixels in, uint8 probabilities out. LayerNorm's NEG (of the
+    # mean) has no int8 kernel in TFLite: the converter leaves it in float, and the table says so.
+    strict_path = os.path.join(exported["folder"], "model_int8_strict.tflite")
+    strict = open_model(strict_path)
+    assert strict.input_dtype == "uint8" and strict.output_details["dtype"] == np.uint8
+    assert set(quantize.float_ops(open(strict_path, "rb").read())) == {"NEG"}
+    assert exported["verification"]["results"]["tflite_int8_strict"]["float_ops"] == TINY["depth"] * 2 + 1
 
 
 def test_a_flex_op_fails_the_check_and_names_the_op():
@@ -144,7 +151,7 @@ def test_the_metadata_carries_labels_and_normalisation(exported, cifar_images):
         read_metadata(tflite.convert(load_classifier(exported["source"]), "fp32"))
 
 
-@pytest.mark.parametrize("variant", ["fp32", "int8"])
+@pytest.mark.parametrize("variant", ["fp32", "int8", "int16x8", "int8_strict"])
 def test_mediapipe_image_classifier_names_the_same_top1_as_litert(exported, cifar_images, variant):
     mp = pytest.importorskip("mediapipe")
     from mediapipe.tasks.python import BaseOptions, vision

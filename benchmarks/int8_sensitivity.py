@@ -1,0 +1,155 @@
+"""Which parts of a ViT survive int8? Quantises one op group, or one block, at a time and measures it.
+
+For a trained model: the fp32 `.tflite` (uint8 pixels in, as `keras-vit export` writes it) is
+calibrated once (min/max over the calibration images), then quantised by one recipe per row:
+- each op group of `export.quantize.GROUPS` alone in int8, the rest in float;
+- everything in int8 but that group (kept in float);
+- each transformer block alone in int8;
+- everything in int8, everything in int16 activations, and the shipped recipes.
+
+Each row gives top-1 agreement with fp32 and the accuracy change on the held-out images that
+verification uses. The report goes to docs/benchmarks/int8.md, one section per model.
+
+    python benchmarks/int8_sensitivity.py runs/quickstart-... [--images 500] [--calibration 200]
+"""
+
+import argparse
+import os
+import re
+import sys
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import numpy as np  # noqa: E402
+
+from keras_vit.data.contract import InputContract  # noqa: E402
+from keras_vit.export import quantize, tflite  # noqa: E402
+from keras_vit.export.verify import held_out_images  # noqa: E402
+from keras_vit.inference.classifier import load_classifier  # noqa: E402
+from keras_vit.storage.locate import locate  # noqa: E402
+from keras_vit.storage.run_folder import RunFolder  # noqa: E402
+
+REPORT = os.path.join(os.path.dirname(__file__), "..", "docs", "benchmarks", "int8.md")
+INT8_ALL = quantize.INT8
+
+
+def probabilities(flatbuffer, images):
+    from ai_edge_litert.interpreter import Interpreter
+
+    interpreter = Interpreter(model_content=flatbuffer)
+    interpreter.allocate_tensors()
+    given, output = interpreter.get_input_details()[0], interpreter.get_output_details()[0]
+    results = []
+    for image in images:
+        interpreter.set_tensor(given["index"], quantize._as_input(image, given["dtype"]))
+        interpreter.invoke()
+        results.append(interpreter.get_tensor(output["index"])[0].astype(np.float32))
+    return np.stack(results)
+
+
+def recipes(depth):
+    """`(row name, rules)` in the table's order."""
+    rows = [("everything int8", INT8_ALL)]
+    for group, rules in quantize.GROUPS.items():
+        rows.append((f"only {group} int8", (*rules, *quantize.FLOAT_IO)))
+    for group, rules in quantize.GROUPS.items():
+        rows.append((f"everything int8 but {group} (float)", (*INT8_ALL, *quantize.with_bits(rules, None))))
+    for group, rules in quantize.GROUPS.items():
+        rows.append((f"everything int8 but {group} (int16)", (*INT8_ALL, *quantize.with_bits(rules, 16))))
+    for index in range(depth):
+        rows.append((f"only block {index} int8", (*quantize.block_rules(index), *quantize.FLOAT_IO)))
+    for name, rules in quantize.RECIPES.items():
+        rows.append((f"shipped `{name}`", rules))
+    return rows
+
+
+def measure(classifier, spec, image_count, calibration_count):
+    _, images, labels, split, _ = held_out_images(spec, InputContract.of(classifier), limit=image_count)
+    representative = tflite.representative_images(spec, classifier.image_size, count=calibration_count)
+    start = time.perf_counter()
+    calibration = tflite.Calibration(classifier, representative, "uint8")
+    calibration_seconds = time.perf_counter() - start
+    float_model, ranges = calibration.float_model, calibration.ranges
+    reference = probabilities(float_model, images)
+    rows = []
+    for name, rules in recipes(classifier.model.depth):
+        if not quantize.matching_ops(float_model, rules):
+            raise ValueError(f"{name}: its rules match no op; were the layers renamed?")
+        quantized = quantize.quantize(float_model, rules, ranges)
+        predicted = probabilities(quantized, images)
+        rows.append(
+            {
+                "recipe": name,
+                "agreement": float((predicted.argmax(1) == reference.argmax(1)).mean()),
+                "accuracy_change": float(
+                    (predicted.argmax(1) == labels).mean() - (reference.argmax(1) == labels).mean()
+                ),
+                "float_ops": len(quantize.float_ops(quantized)),
+            }
+        )
+        print(rows[-1], flush=True)
+    return {
+        "split": split,
+        "count": len(labels),
+        "accuracy": float((reference.argmax(1) == labels).mean()),
+        "calibration_seconds": calibration_seconds,
+        "rows": rows,
+    }
+
+
+def section(model, command, result, spec):
+    lines = [
+        f"<!-- model: {model} -->",
+        f"## {model}",
+        "",
+        f"`{command}`: {result['count']} held-out images of {spec.name} [{result['split']}], fp32 accuracy "
+        f"{result['accuracy']:.1%}; calibrated on {result['calibration_images']} training images "
+        f"({result['calibration_seconds']:.0f} s).",
+        "",
+        "| recipe | top-1 agreement with fp32 | accuracy change | ops left in float |",
+        "|---|---|---|---|",
+    ]
+    for row in result["rows"]:
+        lines.append(
+            f"| {row['recipe']} | {row['agreement']:.1%} | {100 * row['accuracy_change']:+.1f} pt "
+            f"| {row['float_ops']} |"
+        )
+    return "\n".join(lines) + f"\n<!-- end: {model} -->\n"
+
+
+def write_report(model, text):
+    """Replaces this model's section of the report (or adds it), keeping the others."""
+    header = (
+        "# Int8 sensitivity: which parts of a ViT survive integer quantisation\n\n"
+        "Made by `benchmarks/int8_sensitivity.py` (its docstring says how). Weights are int8 per "
+        "channel in every row; a row's recipe says which ops get int8 activations; every other op "
+        "stays in float.\n\n"
+    )
+    old = open(REPORT).read() if os.path.exists(REPORT) else header
+    pattern = re.compile(rf"<!-- model: {re.escape(model)} -->.*?<!-- end: {re.escape(model)} -->\n", re.S)
+    new = pattern.sub(lambda _: text, old) if pattern.search(old) else old.rstrip("\n") + "\n\n" + text
+    with open(REPORT, "w") as f:
+        f.write(new)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("model", help="a run folder or .keras file")
+    parser.add_argument("--dataset", help="default: the run's dataset")
+    parser.add_argument("--images", type=int, default=500, help="held-out images (default 500)")
+    parser.add_argument("--calibration", type=int, default=200, help="calibration images (default 200)")
+    args = parser.parse_args()
+
+    classifier = load_classifier(args.model)
+    spec = RunFolder(locate(args.model).folder).dataset_spec().with_name(args.dataset)
+    result = measure(classifier, spec, args.images, args.calibration)
+    result["calibration_images"] = args.calibration
+    command = "python benchmarks/int8_sensitivity.py " + " ".join(sys.argv[1:])
+    text = section(f"{classifier.name} ({args.model})", command, result, spec)
+    print(text)
+    write_report(f"{classifier.name} ({args.model})", text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,232 @@
+"""Integer TFLite: quantisation recipes applied to the fp32 model, with Google's ai-edge-quantizer.
+
+A recipe is a list of `Rule`s, each naming ops (a regex on the op's output tensor name and a
+TFLite op type) and the bits of their activations, or `None` to keep them in float; the last
+matching rule wins, and an op no rule matches stays in float. Weights are int8 per channel
+everywhere. `benchmarks/int8_sensitivity.py` measures what each op group costs in int8, and the
+recipes below follow from its table (`docs/benchmarks/int8.md`).
+
+Calibration takes each tensor's minimum and maximum over all the calibration images. The
+quantizer's own `calibrate()` keeps a moving average of every image's min and max instead, which
+on a ViT lands well inside the real range: on the quickstart's model it clipped the logits at
+1.8 where they reach 3.2, and that alone cost 13 points of top-1 agreement.
+"""
+
+import contextlib
+import dataclasses
+import logging
+import os
+import re
+import warnings
+
+import numpy as np
+
+# Quiet the quantizer: its progress bars and report are not ours to print.
+os.environ.setdefault("TQDM_DISABLE", "1")
+
+
+@contextlib.contextmanager
+def _quantizer_quiet():
+    """The quantizer logs its every step through the root logger at INFO, and its calibrator
+    warns that it keeps all tensors (which calibration needs): neither is the user's business."""
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(max(level, logging.WARNING))
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*experimental_preserve_all_tensors.*")
+            yield
+    finally:
+        root.setLevel(level)
+
+
+@dataclasses.dataclass(frozen=True)
+class Rule:
+    """Ops whose output tensor name matches `pattern` and whose type is `op` (`"*"`: any type
+    the quantizer supports) get `activation_bits`-bit activations, or stay in float (`None`)."""
+
+    pattern: str
+    op: str
+    activation_bits: int | None
+
+
+# The model's float32 input (pixels) and output (probabilities) stay as they are: the input is
+# cast from uint8 in the graph when asked, and the probabilities are dequantised at the end.
+FLOAT_IO = (Rule(".*", "INPUT", None), Rule(".*", "OUTPUT", None))
+
+LAYER_NORM_OPS = ("MEAN", "SQUARED_DIFFERENCE", "RSQRT", "MUL", "ADD", "SUB")
+
+# The op groups the sensitivity table measures, by the names keras-vit's layers give their ops.
+GROUPS = {
+    "patch projection": (Rule(r"/patch_encoder(_\d+)?/", "CONV_2D", 8),),
+    "QKV and out projections": (Rule(r"/attention(_\d+)?/", "FULLY_CONNECTED", 8),),
+    "MLP projections": (Rule(r"/fc[12](_\d+)?/", "FULLY_CONNECTED", 8),),
+    "attention matmuls": (Rule(r"/attention(_\d+)?/", "BATCH_MATMUL", 8),),
+    "softmax": (Rule(r"/attention(_\d+)?/", "SOFTMAX", 8),),
+    "LayerNorm": tuple(Rule(r"/norm\d?(_\d+)?/", op, 8) for op in LAYER_NORM_OPS),
+    "GELU": (Rule(".*", "GELU", 8),),
+    "residual adds": (Rule(r"/block_\d+(_\d+)?/add(_\d+)?(;|$)", "ADD", 8),),
+    "head": (Rule(r"/head(_\d+)?/", "FULLY_CONNECTED", 8), Rule(r"^StatefulPartitionedCall", "SOFTMAX", 8)),
+}
+
+
+INT8 = (Rule(".*", "*", 8), *FLOAT_IO)
+INT16 = (Rule(".*", "*", 16), *FLOAT_IO)
+
+
+def block_rules(index, bits=8):
+    """Every op of transformer block `index`."""
+    return (Rule(rf"/block_{index}(_\d+)?/", "*", bits),)
+
+
+# Ops the quantizer has no int16 kernel for: they stay in float in a 16-bit recipe.
+NO_INT16 = ("SQUARED_DIFFERENCE",)
+
+
+def with_bits(rules, bits):
+    """`rules` with `bits`-bit activations (`None`: float). In 16 bits, the ops with no int16
+    kernel stay in float (the quantizer would otherwise give them an earlier rule's int8)."""
+    changed = []
+    for rule in rules:
+        keep_float = bits == 16 and rule.op in NO_INT16
+        changed.append(dataclasses.replace(rule, activation_bits=None if keep_float else bits))
+        if bits == 16 and rule.op == "*":
+            changed.extend(Rule(rule.pattern, op, None) for op in NO_INT16)
+    return tuple(changed)
+
+
+# What `keras-vit export --quantize` ships, chosen from the sensitivity table: int8 everywhere
+# costs 2.2 points of agreement on the quickstart's model, no op group alone accounts for it,
+# and the first block alone costs 4.4; with that block's activations in 16 bits, 99.0%.
+RECIPES = {
+    "int8": (*INT8, *with_bits(block_rules(0), 16)),
+    "int16x8": INT16,
+}
+
+
+def _op_config(activation_bits):
+    from ai_edge_quantizer import qtyping
+
+    return qtyping.OpQuantizationConfig(
+        activation_tensor_config=qtyping.TensorQuantizationConfig(
+            num_bits=activation_bits,
+            # int16 kernels take symmetric activations only.
+            symmetric=activation_bits == 16,
+            granularity=qtyping.QuantGranularity.TENSORWISE,
+        ),
+        weight_tensor_config=qtyping.TensorQuantizationConfig(
+            num_bits=8, symmetric=True, granularity=qtyping.QuantGranularity.CHANNELWISE
+        ),
+        compute_precision=qtyping.ComputePrecision.INTEGER,
+        explicit_dequantize=False,
+    )
+
+
+def _without_power_of_two_scales(float_model):
+    """`float_model` with its ADD and SUB ops free to take any int16 scales.
+
+    TFLite's schema defaults `pot_scale_int16` to true, which lets an int16 ADD or SUB take
+    power-of-two scales only; the quantizer's calibrated scales are not, and LiteRT refuses such
+    a model ("input1_shift <= 0"). The converter's own 16x8 mode clears the flag the same way.
+    The flag means nothing to float kernels, so it is cleared before quantising.
+    """
+    import flatbuffers
+    from ai_edge_litert import schema_py_generated as schema
+
+    model = schema.ModelT.InitFromPackedBuf(bytearray(float_model), 0)
+    for graph in model.subgraphs:
+        for op in graph.operators:
+            if isinstance(op.builtinOptions, (schema.AddOptionsT, schema.SubOptionsT)):
+                op.builtinOptions.potScaleInt16 = False
+    builder = flatbuffers.Builder(len(float_model) + 1024)
+    builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
+    return bytes(builder.Output())
+
+
+def _quantizer(float_model, rules):
+    from ai_edge_quantizer import quantizer
+
+    q = quantizer.Quantizer(bytearray(_without_power_of_two_scales(float_model)))
+    for rule in rules:
+        if rule.activation_bits is None:
+            q.update_quantization_recipe(
+                regex=rule.pattern, operation_name=rule.op, algorithm_key="no_quantize"
+            )
+        else:
+            q.update_quantization_recipe(
+                regex=rule.pattern, operation_name=rule.op, op_config=_op_config(rule.activation_bits)
+            )
+    return q
+
+
+def calibrate(float_model, images, input_dtype):
+    """Each tensor's min and max over `images` (float `(n, h, w, c)` pixels in [0, 255]), for
+    every op any recipe may quantise. Pass the result to `quantize` for any number of recipes."""
+    from ai_edge_quantizer import calibrator, recipe_manager
+    from ai_edge_quantizer.utils import qsv_utils
+
+    manager = recipe_manager.RecipeManager()
+    manager.load_quantization_recipe(
+        _quantizer(float_model, (Rule(".*", "*", 16),)).get_quantization_recipe()
+    )
+    samples = [{"images": _as_input(image, input_dtype)} for image in images]
+    with _quantizer_quiet():
+        calibration = calibrator.Calibrator(
+            _without_power_of_two_scales(float_model), qsv_update_func=qsv_utils.min_max_update
+        )
+        calibration.calibrate({"serving_default": samples}, manager)
+    return calibration.get_model_qsvs()
+
+
+def _as_input(image, dtype):
+    if np.dtype(dtype) == np.uint8:
+        return np.clip(np.round(image), 0, 255).astype(np.uint8)[None]
+    return np.asarray(image, np.float32)[None]
+
+
+def quantize(float_model, rules, ranges):
+    """The flatbuffer of `float_model` quantised by `rules`, with the `ranges` from `calibrate`."""
+    with _quantizer_quiet():
+        result = _quantizer(float_model, rules).quantize(
+            ranges, enable_progress_bar=False, enable_progress_report=False
+        )
+    return bytes(result.quantized_model)
+
+
+def _ops(flatbuffer):
+    """`(op type, output tensors)` for each op of the main graph, in order."""
+    from ai_edge_litert import schema_py_generated as schema
+
+    names = {value: key for key, value in vars(schema.BuiltinOperator).items() if not key.startswith("_")}
+    model = schema.Model.GetRootAs(flatbuffer, 0)
+    graph = model.Subgraphs(0)
+    for i in range(graph.OperatorsLength()):
+        op = graph.Operators(i)
+        code = model.OperatorCodes(op.OpcodeIndex())
+        name = names.get(max(code.BuiltinCode(), code.DeprecatedBuiltinCode()), "CUSTOM")
+        yield name, [graph.Tensors(op.Outputs(j)) for j in range(op.OutputsLength())]
+
+
+def float_ops(flatbuffer):
+    """The ops that compute in float: every op but QUANTIZE/DEQUANTIZE with a float32 output."""
+    from ai_edge_litert import schema_py_generated as schema
+
+    return [
+        name
+        for name, outputs in _ops(flatbuffer)
+        if name not in ("QUANTIZE", "DEQUANTIZE")
+        and any(t.Type() == schema.TensorType.FLOAT32 for t in outputs)
+    ]
+
+
+def matching_ops(flatbuffer, rules):
+    """How many ops of `flatbuffer` the quantising `rules` select (none: a renamed layer)."""
+    return sum(
+        any(
+            rule.activation_bits
+            and rule.op in ("*", name)
+            and re.search(rule.pattern, outputs[0].Name().decode())
+            for rule in rules
+        )
+        for name, outputs in _ops(flatbuffer)
+    )

@@ -1,0 +1,102 @@
+"""The integer TFLite recipes (`keras_vit.export.quantize`): calibration, rules and what they make."""
+
+import keras
+import numpy as np
+import pytest
+from ai_edge_litert.interpreter import Interpreter
+from conftest import TINY
+
+import keras_vit
+from keras_vit.export import quantize, tflite
+from keras_vit.inference.classifier import load_classifier
+
+
+@pytest.fixture(scope="module")
+def calibrated():
+    """The tests' tiny ViT, calibrated on 12 random images (uint8 in, as exported by default)."""
+    keras.utils.set_random_seed(1)
+    model = keras_vit.ViT(**TINY, image_mean=[0.5] * 3, image_std=[0.25] * 3, name="tiny_vit")
+    images = np.random.default_rng(1).uniform(0, 255, (12, 32, 32, 3)).astype(np.float32)
+    return tflite.Calibration(load_classifier(model), images, "uint8")
+
+
+def _tensor_ranges(flatbuffer, images):
+    """Each float tensor's true min and max over `images`, from a float run that keeps them all."""
+    interpreter = Interpreter(model_content=flatbuffer, experimental_preserve_all_tensors=True)
+    interpreter.allocate_tensors()
+    given = interpreter.get_input_details()[0]
+    tensors = [t for t in interpreter.get_tensor_details() if t["dtype"] == np.float32 and t["name"]]
+    ranges = {}
+    for image in images:
+        interpreter.set_tensor(given["index"], np.round(image).astype(np.uint8)[None])
+        interpreter.invoke()
+        for tensor in tensors:
+            try:
+                values = interpreter.get_tensor(tensor["index"])
+            except ValueError:  # a tensor the interpreter did not keep (constant folded away)
+                continue
+            low, high = ranges.get(tensor["name"], (np.inf, -np.inf))
+            ranges[tensor["name"]] = (min(low, values.min()), max(high, values.max()))
+    return ranges
+
+
+@pytest.mark.filterwarnings("ignore:.*experimental_preserve_all_tensors")
+def test_calibration_covers_every_tensors_whole_range_over_the_images(calibrated):
+    """The quantizer's own calibrate() keeps a moving average of each image's range, which clips
+    a ViT's logits; the ranges must hold every value the calibration images produce."""
+    actual = _tensor_ranges(calibrated.float_model, calibrated.representative_images)
+    checked = 0
+    for name, (low, high) in actual.items():
+        if name not in calibrated.ranges or not calibrated.ranges[name]:
+            continue
+        calibrated_range = calibrated.ranges[name]
+        assert float(np.min(calibrated_range["min"])) <= low + 1e-6, name
+        assert float(np.max(calibrated_range["max"])) >= high - 1e-6, name
+        checked += 1
+    assert checked > 50  # the activations of every block, not a handful
+
+
+def test_every_rule_group_and_block_selects_ops_of_the_vit(calibrated):
+    """The recipes find ops by the names keras-vit's layers give them: a renamed layer fails here,
+    not silently in a recipe that quantises nothing."""
+    for group, rules in quantize.GROUPS.items():
+        assert quantize.matching_ops(calibrated.float_model, rules) > 0, group
+    for index in range(TINY["depth"]):
+        assert quantize.matching_ops(calibrated.float_model, quantize.block_rules(index)) > 0
+    assert quantize.matching_ops(calibrated.float_model, quantize.block_rules(TINY["depth"])) == 0
+
+
+def test_sixteen_bit_rules_leave_the_ops_without_int16_kernels_in_float():
+    rules = quantize.with_bits(quantize.block_rules(0), 16)
+    assert rules[0].activation_bits == 16
+    assert quantize.Rule(rules[0].pattern, "SQUARED_DIFFERENCE", None) in rules
+    assert all(r.activation_bits is None for r in quantize.with_bits(quantize.GROUPS["LayerNorm"], None))
+
+
+def _run(flatbuffer, images):
+    interpreter = Interpreter(model_content=flatbuffer)
+    interpreter.allocate_tensors()
+    given, output = interpreter.get_input_details()[0], interpreter.get_output_details()[0]
+    results = []
+    for image in images:
+        interpreter.set_tensor(given["index"], np.round(image).astype(given["dtype"])[None])
+        interpreter.invoke()
+        value = interpreter.get_tensor(output["index"])[0].astype(np.float32)
+        scale, zero_point = output["quantization"]
+        results.append((value - zero_point) * scale if output["dtype"] != np.float32 else value)
+    return np.stack(results), given["dtype"], output["dtype"]
+
+
+def test_the_integer_variants_take_uint8_pixels_and_keep_the_probabilities(calibrated):
+    images = calibrated.representative_images
+    reference, _, _ = _run(calibrated.float_model, images)
+    for variant, most_float in (("int8", {"CAST", "NEG", "SQUARED_DIFFERENCE"}), ("int16x8", None)):
+        flatbuffer = quantize.quantize(calibrated.float_model, quantize.RECIPES[variant], calibrated.ranges)
+        tflite.check_builtin_ops(flatbuffer)
+        probabilities, given, returned = _run(flatbuffer, images)
+        assert given == np.uint8 and returned == np.float32
+        assert np.abs(probabilities - reference).max() < (0.05 if variant == "int8" else 0.01), variant
+        if most_float:
+            assert set(quantize.float_ops(flatbuffer)) <= most_float, variant
+    fp32_float_ops = quantize.float_ops(calibrated.float_model)
+    assert len(fp32_float_ops) > 50 and "FULLY_CONNECTED" in fp32_float_ops
