@@ -1,9 +1,7 @@
 """TFLite variants of a trained model: size, LiteRT batch-1 latency, agreement with Keras, accuracy.
 
-Includes the full-integer int8 experiments: more calibration images, and float fallbacks for
-the ops ViTs are known to lose accuracy in (LayerNorm's MEAN/SQUARED_DIFFERENCE/RSQRT, GELU,
-SOFTMAX, the residual ADDs, the attention BATCH_MATMULs), through TFLite's quantization
-debugger's denylist.
+Every variant `keras-vit export` can write, and the integer ones calibrated on 4x the images
+too (does more calibration help?). What each op group costs in int8: int8_sensitivity.py.
 
     python benchmarks/tflite_variants.py runs/quickstart-... [--dataset cifar10-mini] [--images 500]
     # sizes and latency at real scale: a randomly initialised ViT-Ti/16 at 224 (agreement of
@@ -21,7 +19,6 @@ import tempfile
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
 
 from keras_vit.data.contract import InputContract  # noqa: E402
 from keras_vit.data.datasets import DATASET  # noqa: E402
@@ -31,35 +28,6 @@ from keras_vit.inference.classifier import load_classifier  # noqa: E402
 from keras_vit.inference.runtimes import KerasRunner, TFLiteRunner  # noqa: E402
 from keras_vit.storage.locate import locate  # noqa: E402
 from keras_vit.storage.run_folder import DatasetSpec, RunFolder  # noqa: E402
-
-LAYER_NORM = ("MEAN", "SQUARED_DIFFERENCE", "RSQRT")
-FALLBACKS = {
-    "int8 + float LayerNorm": LAYER_NORM,
-    "int8 + float LayerNorm, GELU, softmax": LAYER_NORM + ("GELU", "SOFTMAX"),
-    "int8 + float LayerNorm, residual ADD/MUL": LAYER_NORM + ("ADD", "MUL"),
-    "int8 + float all but FC/conv/matmul": LAYER_NORM + ("ADD", "MUL", "GELU", "SOFTMAX"),
-    "int8 + float all but FC/conv": LAYER_NORM + ("ADD", "MUL", "GELU", "SOFTMAX", "BATCH_MATMUL"),
-}
-
-
-def int8_with_float_ops(classifier, representative, float_ops):
-    with tempfile.TemporaryDirectory() as folder:
-        converter = tflite._converter(classifier, folder)
-        converter.optimizations = [tf.lite.Optimize.DEFAULT]
-        converter.representative_dataset = lambda: ([image[None]] for image in representative)
-        converter.target_spec.supported_ops = [
-            tf.lite.OpsSet.TFLITE_BUILTINS_INT8,
-            tf.lite.OpsSet.TFLITE_BUILTINS,
-        ]
-        converter.inference_input_type = tf.uint8
-        debugger = tf.lite.experimental.QuantizationDebugger(
-            converter=converter,
-            debug_dataset=lambda: ([image[None]] for image in representative[:20]),
-            debug_options=tf.lite.experimental.QuantizationDebugOptions(denylisted_ops=list(float_ops)),
-        )
-        flatbuffer = debugger.get_nondebug_quantized_model()
-    tflite.check_builtin_ops(flatbuffer)
-    return flatbuffer
 
 
 def main():
@@ -91,14 +59,13 @@ def main():
     representative = tflite.representative_images(spec, classifier.image_size, count=args.calibration)
     large_set = tflite.representative_images(spec, classifier.image_size, count=4 * args.calibration)
 
-    variants = {
-        name: (lambda v=name: tflite.convert(classifier, v, representative)) for name in tflite.VARIANTS
-    }
-    variants[f"int8, {4 * args.calibration} calibration images"] = lambda: tflite.convert(
-        classifier, "int8", large_set
-    )
-    for name, ops in FALLBACKS.items():
-        variants[name] = lambda ops=ops: int8_with_float_ops(classifier, representative, ops)
+    calibration = tflite.Calibration(classifier, representative)
+    larger = tflite.Calibration(classifier, large_set)
+    variants = {name: (lambda v=name: tflite.convert(classifier, v, calibration)) for name in tflite.VARIANTS}
+    for name in tflite.INTEGER_VARIANTS:
+        variants[f"{name}, {len(large_set)} calibration images"] = lambda v=name: tflite.convert(
+            classifier, v, larger
+        )
 
     rows = []
     with tempfile.TemporaryDirectory() as folder:

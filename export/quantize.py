@@ -14,28 +14,29 @@ on a ViT lands well inside the real range: on the quickstart's model it clipped 
 
 import contextlib
 import dataclasses
+import io
 import logging
-import os
 import re
 import warnings
 
 import numpy as np
 
-# Quiet the quantizer: its progress bars and report are not ours to print.
-os.environ.setdefault("TQDM_DISABLE", "1")
+from keras_vit import framework_logs
 
 
 @contextlib.contextmanager
 def _quantizer_quiet():
-    """The quantizer logs its every step through the root logger at INFO, and its calibrator
-    warns that it keeps all tensors (which calibration needs): neither is the user's business."""
+    """The quantizer logs its every step through the root logger at INFO, draws progress bars on
+    stderr, and its calibrator warns that it keeps all tensors (which calibration needs) while
+    LiteRT announces its delegate: none of it is the user's business."""
     root = logging.getLogger()
     level = root.level
     root.setLevel(max(level, logging.WARNING))
     try:
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=".*experimental_preserve_all_tensors.*")
-            yield
+        with framework_logs.native_lines_muted(), contextlib.redirect_stderr(io.StringIO()):
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message=".*experimental_preserve_all_tensors.*")
+                yield
     finally:
         root.setLevel(level)
 

@@ -189,7 +189,7 @@ def representative_images(spec, image_size, count=200):
     split = spec.load()["train"]
     if len(split) < count:
         logger.info(
-            "Calibrating int8 on the %d training images of %s (%d asked): the ranges it sets come "
+            "Calibrating the integer variants on the %d training images of %s (%d asked): their ranges come "
             "from fewer images.", len(split), dataset, count,
         )  # fmt: skip
         count = len(split)
