@@ -44,7 +44,9 @@ def probabilities(flatbuffer, images):
     for image in images:
         interpreter.set_tensor(given["index"], quantize._as_input(image, given["dtype"]))
         interpreter.invoke()
-        results.append(interpreter.get_tensor(output["index"])[0].astype(np.float32))
+        values = interpreter.get_tensor(output["index"])[0].astype(np.float32)
+        scale, zero_point = output["quantization"]
+        results.append((values - zero_point) * scale if output["dtype"] != np.float32 else values)
     return np.stack(results)
 
 
@@ -59,8 +61,6 @@ def recipes(depth):
         rows.append((f"everything int8 but {group} (int16)", (*INT8_ALL, *quantize.with_bits(rules, 16))))
     for index in range(depth):
         rows.append((f"only block {index} int8", (*quantize.block_rules(index), *quantize.FLOAT_IO)))
-    for name, rules in quantize.RECIPES.items():
-        rows.append((f"shipped `{name}`", rules))
     return rows
 
 
@@ -72,11 +72,16 @@ def measure(classifier, spec, image_count, calibration_count):
     calibration_seconds = time.perf_counter() - start
     float_model, ranges = calibration.float_model, calibration.ranges
     reference = probabilities(float_model, images)
-    rows = []
+    made = {}
     for name, rules in recipes(classifier.model.depth):
         if not quantize.matching_ops(float_model, rules):
             raise ValueError(f"{name}: its rules match no op; were the layers renamed?")
-        quantized = quantize.quantize(float_model, rules, ranges)
+        made[name] = lambda rules=rules: quantize.quantize(float_model, rules, ranges)
+    for variant in tflite.INTEGER_VARIANTS:  # what `keras-vit export --quantize` ships
+        made[f"shipped `{variant}`"] = lambda v=variant: tflite.convert(classifier, v, calibration)
+    rows = []
+    for name, make in made.items():
+        quantized = make()
         predicted = probabilities(quantized, images)
         rows.append(
             {

@@ -231,3 +231,88 @@ def matching_ops(flatbuffer, rules):
         )
         for name, outputs in _ops(flatbuffer)
     )
+
+
+def integer_negations(flatbuffer):
+    """`flatbuffer` with each float NEG between a DEQUANTIZE and a QUANTIZE made one int8 MUL by -1.
+
+    TFLite has no int8 NEG kernel, so its integer-only conversion leaves LayerNorm's negated mean
+    in float behind that pair. A MUL by a constant -1 (int8, scale 1) gives the same int8 values
+    with integer kernels only; the pair goes with it.
+    """
+    import flatbuffers
+    from ai_edge_litert import schema_py_generated as schema
+
+    ops = schema.BuiltinOperator
+    model = schema.ModelT.InitFromPackedBuf(bytearray(flatbuffer), 0)
+    graph = model.subgraphs[0]
+
+    def kind(op):
+        code = model.operatorCodes[op.opcodeIndex]
+        return max(code.builtinCode, code.deprecatedBuiltinCode)
+
+    producer = {t: op for op in graph.operators for t in op.outputs}
+    consumers = {}
+    for op in graph.operators:
+        for t in op.inputs:
+            consumers.setdefault(t, []).append(op)
+
+    removed = []
+    for index, op in enumerate(graph.operators):
+        if kind(op) != ops.NEG:
+            continue
+        dequantize = producer.get(op.inputs[0])
+        after = consumers.get(op.outputs[0], [])
+        if (
+            dequantize is None
+            or kind(dequantize) != ops.DEQUANTIZE
+            or len(consumers[op.inputs[0]]) != 1
+            or len(after) != 1
+            or kind(after[0]) != ops.QUANTIZE
+            or graph.tensors[dequantize.inputs[0]].type != schema.TensorType.INT8
+            or graph.tensors[after[0].outputs[0]].type != schema.TensorType.INT8
+        ):
+            continue
+        graph.operators[index] = _multiply(
+            model, dequantize.inputs[0], _minus_one(model, graph), after[0].outputs[0]
+        )
+        removed += [id(dequantize), id(after[0])]
+    graph.operators = [op for op in graph.operators if id(op) not in removed]
+    builder = flatbuffers.Builder(len(flatbuffer) + 1024)
+    builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
+    return bytes(builder.Output())
+
+
+def _minus_one(model, graph):
+    """A new int8 constant tensor holding -1 (scale 1, zero point 0); returns its index."""
+    from ai_edge_litert import schema_py_generated as schema
+
+    buffer = schema.BufferT()
+    buffer.data = bytearray(np.array([-1], np.int8).tobytes())
+    model.buffers.append(buffer)
+    tensor = schema.TensorT()
+    tensor.shape, tensor.type, tensor.buffer = [1], schema.TensorType.INT8, len(model.buffers) - 1
+    tensor.name = f"minus_one_{len(graph.tensors)}"
+    tensor.quantization = schema.QuantizationParametersT()
+    tensor.quantization.scale, tensor.quantization.zeroPoint = [1.0], [0]
+    graph.tensors.append(tensor)
+    return len(graph.tensors) - 1
+
+
+def _multiply(model, left, right, output):
+    """A MUL op `output = left * right` (adding MUL to the model's op codes when missing)."""
+    from ai_edge_litert import schema_py_generated as schema
+
+    codes = [max(c.builtinCode, c.deprecatedBuiltinCode) for c in model.operatorCodes]
+    if schema.BuiltinOperator.MUL not in codes:
+        code = schema.OperatorCodeT()
+        code.builtinCode = code.deprecatedBuiltinCode = schema.BuiltinOperator.MUL
+        code.version = 2  # int8 kernels
+        model.operatorCodes.append(code)
+        codes.append(schema.BuiltinOperator.MUL)
+    op = schema.OperatorT()
+    op.opcodeIndex = codes.index(schema.BuiltinOperator.MUL)
+    op.inputs, op.outputs = [left, right], [output]
+    op.builtinOptionsType = schema.BuiltinOptions.MulOptions
+    op.builtinOptions = schema.MulOptionsT()
+    return op

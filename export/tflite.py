@@ -108,8 +108,8 @@ def convert(classifier, variant, calibration=None, input_dtype="float32"):
 
 def _convert_from_saved_model(classifier, variant, calibration, input_dtype):
     """fp32, fp16 and dynamic-range int8 by the TFLite converter; and the strict variant, its
-    integer-only mode: int8 kernels for every op (the conversion fails where one has none), uint8
-    pixels in and uint8 probabilities out."""
+    integer-only mode: uint8 pixels in, uint8 probabilities out, and int8 kernels for every op
+    (LayerNorm's NEG, which the converter leaves in float, made an int8 MUL by -1)."""
     with tempfile.TemporaryDirectory(prefix="keras-vit-tflite-") as folder:
         converter = _converter(classifier, folder, input_dtype=input_dtype)
         converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
@@ -129,7 +129,7 @@ def _convert_from_saved_model(classifier, variant, calibration, input_dtype):
             converter.inference_output_type = tf.uint8
         try:
             with framework_logs.native_lines_muted():  # the calibrator prints "fully_quantize: 0, ..."
-                return converter.convert()
+                flatbuffer = converter.convert()
         except Exception as error:  # the converter raises its own ConverterError
             message = str(error)
             if "Flex" in message or "custom op" in message or "not supported" in message:
@@ -138,6 +138,7 @@ def _convert_from_saved_model(classifier, variant, calibration, input_dtype):
                     f"{_first_lines(message)}"
                 ) from None
             raise
+    return quantize.integer_negations(flatbuffer) if variant == "int8_strict" else flatbuffer
 
 
 def _first_lines(message, count=6):

@@ -12,12 +12,17 @@ from keras_vit.inference.classifier import load_classifier
 
 
 @pytest.fixture(scope="module")
-def calibrated():
-    """The tests' tiny ViT, calibrated on 12 random images (uint8 in, as exported by default)."""
+def classifier():
     keras.utils.set_random_seed(1)
     model = keras_vit.ViT(**TINY, image_mean=[0.5] * 3, image_std=[0.25] * 3, name="tiny_vit")
+    return load_classifier(model)
+
+
+@pytest.fixture(scope="module")
+def calibrated(classifier):
+    """The tests' tiny ViT, calibrated on 12 random images (uint8 in, as exported by default)."""
     images = np.random.default_rng(1).uniform(0, 255, (12, 32, 32, 3)).astype(np.float32)
-    return tflite.Calibration(load_classifier(model), images, "uint8")
+    return tflite.Calibration(classifier, images, "uint8")
 
 
 def _tensor_ranges(flatbuffer, images):
@@ -100,3 +105,17 @@ def test_the_integer_variants_take_uint8_pixels_and_keep_the_probabilities(calib
             assert set(quantize.float_ops(flatbuffer)) <= most_float, variant
     fp32_float_ops = quantize.float_ops(calibrated.float_model)
     assert len(fp32_float_ops) > 50 and "FULLY_CONNECTED" in fp32_float_ops
+
+
+def test_the_strict_variant_negates_in_int8_with_the_same_outputs(classifier, calibrated, monkeypatch):
+    """The converter leaves LayerNorm's NEG in float; as an int8 MUL by -1 it gives the same bytes."""
+    with monkeypatch.context() as patched:
+        patched.setattr(quantize, "integer_negations", lambda flatbuffer: flatbuffer)
+        converted = tflite.convert(classifier, "int8_strict", calibrated)
+    assert set(quantize.float_ops(converted)) == {"NEG"}
+    rewritten = quantize.integer_negations(converted)
+    assert quantize.float_ops(rewritten) == []
+    before, given, returned = _run(converted, calibrated.representative_images)
+    after, *_ = _run(rewritten, calibrated.representative_images)
+    assert given == returned == np.uint8
+    assert np.array_equal(before, after)
