@@ -195,7 +195,7 @@ def quantize(float_model, rules, ranges):
 
 
 def _ops(flatbuffer):
-    """`(op type, output tensors)` for each op of the main graph, in order."""
+    """`(op type, op, graph)` for each op of the main graph, in order (flatbuffer readers)."""
     from ai_edge_litert import schema_py_generated as schema
 
     names = {value: key for key, value in vars(schema.BuiltinOperator).items() if not key.startswith("_")}
@@ -204,8 +204,11 @@ def _ops(flatbuffer):
     for i in range(graph.OperatorsLength()):
         op = graph.Operators(i)
         code = model.OperatorCodes(op.OpcodeIndex())
-        name = names.get(max(code.BuiltinCode(), code.DeprecatedBuiltinCode()), "CUSTOM")
-        yield name, [graph.Tensors(op.Outputs(j)) for j in range(op.OutputsLength())]
+        yield names.get(max(code.BuiltinCode(), code.DeprecatedBuiltinCode()), "CUSTOM"), op, graph
+
+
+def _outputs(op, graph):
+    return [graph.Tensors(op.Outputs(j)) for j in range(op.OutputsLength())]
 
 
 def float_ops(flatbuffer):
@@ -214,22 +217,35 @@ def float_ops(flatbuffer):
 
     return [
         name
-        for name, outputs in _ops(flatbuffer)
+        for name, op, graph in _ops(flatbuffer)
         if name not in ("QUANTIZE", "DEQUANTIZE")
-        and any(t.Type() == schema.TensorType.FLOAT32 for t in outputs)
+        and any(t.Type() == schema.TensorType.FLOAT32 for t in _outputs(op, graph))
     ]
+
+
+def output_step(flatbuffer):
+    """The step the probabilities come in: the quantisation scale of the output, or of the
+    tensor its final DEQUANTIZE reads; 0 for float probabilities."""
+    from ai_edge_litert import schema_py_generated as schema
+
+    graph = schema.Model.GetRootAs(flatbuffer, 0).Subgraphs(0)
+    output = graph.Outputs(0)
+    for name, op, _ in _ops(flatbuffer):
+        if name == "DEQUANTIZE" and op.Outputs(0) == output:
+            output = op.Inputs(0)
+    quantization = graph.Tensors(output).Quantization()
+    return float(quantization.Scale(0)) if quantization is not None and quantization.ScaleLength() else 0.0
 
 
 def matching_ops(flatbuffer, rules):
     """How many ops of `flatbuffer` the quantising `rules` select (none: a renamed layer)."""
+    quantising = [rule for rule in rules if rule.activation_bits]
     return sum(
         any(
-            rule.activation_bits
-            and rule.op in ("*", name)
-            and re.search(rule.pattern, outputs[0].Name().decode())
-            for rule in rules
+            rule.op in ("*", name) and re.search(rule.pattern, graph.Tensors(op.Outputs(0)).Name().decode())
+            for rule in quantising
         )
-        for name, outputs in _ops(flatbuffer)
+        for name, op, graph in _ops(flatbuffer)
     )
 
 

@@ -39,6 +39,8 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
+from keras_vit.storage.export_folder import INTEGER_VARIANTS  # noqa: E402
+
 # The slowest files first (minutes each: subprocess training runs, exports, a browser).
 # scripts/test.sh runs three pytest-xdist workers that take one file at a time, in this order
 # (--no-loadscope-reorder): a slow file left for last would run alone at the end.
@@ -255,7 +257,8 @@ def image_folder(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def export_folder(tmp_path_factory):
-    """A tiny ViT trained for one epoch, exported: SavedModel, fp32 TFLite, attention TFLite.
+    """A tiny ViT trained for one epoch, exported: SavedModel, TFLite fp32, attention and the
+    integer variants (`model.tflite` is the fp32 one: the exports are not verified).
 
     Built once for the whole run: pytest-xdist's workers share it through a folder beside their
     own temporary folders, the first to take the lock building it (about 35 s). Tests only read it.
@@ -297,7 +300,7 @@ def _build_export_folder(root):
         str(run),
         output=str(root / "exports"),
         formats=("saved_model", "tflite"),
-        quantize=(),
+        quantize=INTEGER_VARIANTS,  # for the apps: each runs them as it runs fp32
         verify=False,
         attention=True,
     )

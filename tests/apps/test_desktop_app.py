@@ -86,6 +86,24 @@ def test_the_window_shows_litert_top1_on_real_images(qtbot, window, export_folde
     assert len(shown) == 20
 
 
+@pytest.mark.parametrize("variant", ["int8", "int16x8", "int8_strict"])
+def test_an_integer_model_opens_and_classifies_as_litert_does(
+    qtbot, window, export_folder, image_folder, variant
+):
+    """uint8 pixels in; float probabilities out, or uint8 ones (int8_strict) the app dequantises."""
+    from keras_vit.inference.runtimes import TFLiteRunner
+
+    path = os.path.join(export_folder["folder"], f"model_{variant}.tflite")
+    model = _load(qtbot, window, path)
+    assert model.kind == "tflite" and model.class_names == export_folder["class_names"]
+    runner = TFLiteRunner(path)
+    for image in sorted(image_folder.glob("*.png"))[:5]:
+        top_name, top_probability = _classify(qtbot, window, image).top_k[0]
+        expected = runner.predict([read_image(image, runner.image_size)])[0]
+        assert top_name == runner.class_names[int(np.argmax(expected))]
+        assert top_probability == pytest.approx(float(expected.max()), abs=1e-6)
+
+
 def test_attention_overlay_from_the_tflite_matches_keras_and_can_be_switched_off(
     qtbot, window, export_folder, image_folder
 ):

@@ -23,6 +23,7 @@ from keras_vit.apps.mobile.build import build_app, describe_model  # noqa: E402
 from keras_vit.data.contract import InputContract  # noqa: E402
 from keras_vit.inference.predict import read_image  # noqa: E402
 from keras_vit.inference.runtimes import TFLiteRunner  # noqa: E402
+from keras_vit.storage.export_folder import INTEGER_VARIANTS  # noqa: E402
 
 VENV_BIN = os.path.dirname(sys.executable)
 
@@ -118,6 +119,50 @@ def test_top1_equals_python_litert_on_every_test_image(page, model_path, test_im
     assert record_parity("mobile app vs Python: model input pixels (0-255), PNG", worst_input, 1e-2) < 1e-2
     assert record_parity("mobile app vs Python LiteRT: probabilities, PNG", worst_probability, 1e-5) < 1e-5
     assert "ms" in page.text_content("[data-testid=timing]")
+
+
+@pytest.mark.parametrize("variant", INTEGER_VARIANTS)
+def test_an_integer_model_gives_litert_s_top5_in_the_page(
+    phone, export_folder, image_folder, variant, tmp_path
+):
+    """The integer variants run in LiteRT.js too: the page quantises its pixels as the model says
+    and dequantises the probabilities. Against Python's LiteRT fed the page's own input, the top 5
+    are the same and the probabilities within two steps of the model's output quantisation (the
+    browser's int8 and int16 kernels may round a last step or two apart from the native ones)."""
+    path = os.path.join(export_folder["folder"], f"model_{variant}.tflite")
+    runner = TFLiteRunner(path)
+    step = _output_step(path)
+    assert 0 < step <= 1 / 256
+    httpd = _serve(build_app(path, tmp_path / "app"))
+    context = phone.new_context()
+    try:
+        page = browser.open_app(context, server.urls(httpd)[0])
+        assert describe_model(path)["input"]["dtype"] == "uint8"
+        worst = 0.0
+        for image in sorted(image_folder.glob("*.png")):
+            result = browser.classify(page, image)
+            assert result["error"] is None, image.name
+            pixels = np.asarray(page.evaluate("Array.from(window.kerasVit.lastInput)"), np.float32)
+            shown = np.asarray(page.evaluate("Array.from(window.kerasVit.lastProbabilities)"))
+            expected = runner.predict([pixels.reshape(*runner.image_size, 3)])[0]
+            top5 = [runner.class_names.index(p["name"]) for p in result["predictions"]]
+            assert top5 == list(np.argsort(-shown, kind="stable")[:5]), image.name
+            # Python's top 5, up to classes that the steps of quantisation apart may swap.
+            assert np.abs(expected[top5] - np.sort(expected)[::-1][:5]).max() <= 2 * step + 1e-6, image.name
+            worst = max(worst, float(np.abs(shown - expected).max()))
+    finally:
+        context.close()
+        httpd.shutdown()
+        httpd.server_close()
+    assert worst <= 2 * step + 1e-6
+
+
+def _output_step(path):
+    """The probabilities' quantisation step: the output's scale, or the final softmax's."""
+    from keras_vit.export import quantize
+
+    with open(path, "rb") as f:
+        return quantize.output_step(f.read())
 
 
 @pytest.fixture(scope="module")
