@@ -119,3 +119,13 @@ def test_the_strict_variant_negates_in_int8_with_the_same_outputs(classifier, ca
     after, *_ = _run(rewritten, calibrated.representative_images)
     assert given == returned == np.uint8
     assert np.array_equal(before, after)
+
+
+def test_int8_input_float32_gives_integer_variants_that_take_float_pixels(classifier, calibrated):
+    images = calibrated.representative_images[:4]
+    floats = tflite.Calibration(classifier, images, "float32")
+    for variant in ("int8", "int16x8"):
+        flatbuffer = tflite.convert(classifier, variant, floats)
+        interpreter = Interpreter(model_content=flatbuffer)
+        assert interpreter.get_input_details()[0]["dtype"] == np.float32, variant
+        assert "CAST" not in quantize.float_ops(flatbuffer)
