@@ -24,7 +24,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import numpy as np  # noqa: E402
 
 from keras_vit.data.contract import InputContract  # noqa: E402
-from keras_vit.export import quantize, tflite  # noqa: E402
+from keras_vit.export import quantize, tflite, tflite_graph  # noqa: E402
 from keras_vit.export.verify import held_out_images  # noqa: E402
 from keras_vit.inference.classifier import load_classifier  # noqa: E402
 from keras_vit.storage.locate import locate  # noqa: E402
@@ -90,7 +90,7 @@ def measure(classifier, spec, image_count, calibration_count):
                 "accuracy_change": float(
                     (predicted.argmax(1) == labels).mean() - (reference.argmax(1) == labels).mean()
                 ),
-                "float_ops": len(quantize.float_ops(quantized)),
+                "float_ops": len(tflite_graph.float_ops(quantized)),
             }
         )
         print(rows[-1], flush=True)

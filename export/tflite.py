@@ -16,7 +16,7 @@ import tensorflow as tf
 
 from keras_vit import framework_logs
 from keras_vit.data import pipeline
-from keras_vit.export import quantize
+from keras_vit.export import quantize, tflite_graph
 from keras_vit.model.attention import AttentionRollout
 from keras_vit.storage.export_folder import INTEGER_VARIANTS, TFLITE_VARIANTS
 
@@ -138,29 +138,12 @@ def _convert_from_saved_model(classifier, variant, calibration, input_dtype):
                     f"{_first_lines(message)}"
                 ) from None
             raise
-    return quantize.integer_negations(flatbuffer) if variant == "int8_strict" else flatbuffer
+    return tflite_graph.integer_negations(flatbuffer) if variant == "int8_strict" else flatbuffer
 
 
 def _first_lines(message, count=6):
     lines = [line.strip() for line in message.splitlines() if line.strip()]
     return " ".join(lines[:count])
-
-
-def operators(flatbuffer):
-    """The op names a `.tflite` flatbuffer uses (custom ops by their custom name)."""
-    from ai_edge_litert import schema_py_generated as schema
-
-    names = {value: key for key, value in vars(schema.BuiltinOperator).items() if not key.startswith("_")}
-    model = schema.Model.GetRootAs(flatbuffer, 0)
-    used = set()
-    for i in range(model.OperatorCodesLength()):
-        code = model.OperatorCodes(i)
-        builtin = max(code.BuiltinCode(), code.DeprecatedBuiltinCode())
-        if builtin == schema.BuiltinOperator.CUSTOM:
-            used.add(code.CustomCode().decode())
-        else:
-            used.add(names.get(builtin, str(builtin)))
-    return sorted(used)
 
 
 def check_builtin_ops(flatbuffer):

@@ -15,7 +15,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_vit.data.contract import InputContract
-from keras_vit.export import quantize
+from keras_vit.export import tflite_graph
 from keras_vit.files import atomic_write, write_json
 from keras_vit.inference.runtimes import KerasRunner, open_model
 from keras_vit.storage.export_folder import VERIFICATION_FILES, ExportFolder
@@ -157,7 +157,7 @@ def verify_exports(keras_model, files, spec, split=None, limit=500, agreement_on
         if name.startswith("tflite_"):
             result["latency_ms"] = latency_ms(runner, images[0])
             with open(path, "rb") as f:
-                result["float_ops"] = len(quantize.float_ops(f.read()))
+                result["float_ops"] = len(tflite_graph.float_ops(f.read()))
         results[name] = result
     return {
         "dataset": str(spec.name),

@@ -159,10 +159,10 @@ def test_an_integer_model_gives_litert_s_top5_in_the_page(
 
 def _output_step(path):
     """The probabilities' quantisation step: the output's scale, or the final softmax's."""
-    from keras_vit.export import quantize
+    from keras_vit.export import tflite_graph
 
     with open(path, "rb") as f:
-        return quantize.output_step(f.read())
+        return tflite_graph.output_step(f.read())
 
 
 @pytest.fixture(scope="module")

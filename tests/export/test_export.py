@@ -18,7 +18,7 @@ from conftest import TINY
 import keras_vit
 from keras_vit.cli import main
 from keras_vit.data import datasets as data
-from keras_vit.export import quantize, tflite
+from keras_vit.export import tflite, tflite_graph
 from keras_vit.export.exporter import export_model, next_version, recommended_variant
 from keras_vit.inference.classifier import load_classifier
 from keras_vit.inference.runtimes import open_model
@@ -113,7 +113,7 @@ def test_tflite_models_hold_only_builtin_ops_and_a_static_batch_of_one(exported)
     for variant in tflite.VARIANTS:
         flatbuffer = open(os.path.join(exported["folder"], f"model_{variant}.tflite"), "rb").read()
         tflite.check_builtin_ops(flatbuffer)
-        assert not [op for op in tflite.operators(flatbuffer) if op.startswith("Flex")]
+        assert not [op for op in tflite_graph.operators(flatbuffer) if op.startswith("Flex")]
         runner = open_model(os.path.join(exported["folder"], f"model_{variant}.tflite"))
         assert list(runner.input_details["shape"]) == [1, 32, 32, 3]
     for variant in ("int8", "int16x8"):
@@ -122,7 +122,7 @@ def test_tflite_models_hold_only_builtin_ops_and_a_static_batch_of_one(exported)
     strict_path = os.path.join(exported["folder"], "model_int8_strict.tflite")
     strict = open_model(strict_path)
     assert strict.input_dtype == "uint8" and strict.output_details["dtype"] == np.uint8
-    assert quantize.float_ops(open(strict_path, "rb").read()) == []
+    assert tflite_graph.float_ops(open(strict_path, "rb").read()) == []
     assert exported["verification"]["results"]["tflite_int8_strict"]["float_ops"] == 0
     assert exported["verification"]["results"]["tflite_fp32"]["float_ops"] > 50
 

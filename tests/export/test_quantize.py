@@ -7,7 +7,7 @@ from ai_edge_litert.interpreter import Interpreter
 from conftest import TINY
 
 import keras_vit
-from keras_vit.export import quantize, tflite
+from keras_vit.export import quantize, tflite, tflite_graph
 from keras_vit.inference.classifier import load_classifier
 
 
@@ -102,19 +102,19 @@ def test_the_integer_variants_take_uint8_pixels_and_keep_the_probabilities(calib
         assert given == np.uint8 and returned == np.float32
         assert np.abs(probabilities - reference).max() < (0.05 if variant == "int8" else 0.01), variant
         if most_float:
-            assert set(quantize.float_ops(flatbuffer)) <= most_float, variant
-    fp32_float_ops = quantize.float_ops(calibrated.float_model)
+            assert set(tflite_graph.float_ops(flatbuffer)) <= most_float, variant
+    fp32_float_ops = tflite_graph.float_ops(calibrated.float_model)
     assert len(fp32_float_ops) > 50 and "FULLY_CONNECTED" in fp32_float_ops
 
 
 def test_the_strict_variant_negates_in_int8_with_the_same_outputs(classifier, calibrated, monkeypatch):
     """The converter leaves LayerNorm's NEG in float; as an int8 MUL by -1 it gives the same bytes."""
     with monkeypatch.context() as patched:
-        patched.setattr(quantize, "integer_negations", lambda flatbuffer: flatbuffer)
+        patched.setattr(tflite_graph, "integer_negations", lambda flatbuffer: flatbuffer)
         converted = tflite.convert(classifier, "int8_strict", calibrated)
-    assert set(quantize.float_ops(converted)) == {"NEG"}
-    rewritten = quantize.integer_negations(converted)
-    assert quantize.float_ops(rewritten) == []
+    assert set(tflite_graph.float_ops(converted)) == {"NEG"}
+    rewritten = tflite_graph.integer_negations(converted)
+    assert tflite_graph.float_ops(rewritten) == []
     before, given, returned = _run(converted, calibrated.representative_images)
     after, *_ = _run(rewritten, calibrated.representative_images)
     assert given == returned == np.uint8
@@ -128,4 +128,4 @@ def test_int8_input_float32_gives_integer_variants_that_take_float_pixels(classi
         flatbuffer = tflite.convert(classifier, variant, floats)
         interpreter = Interpreter(model_content=flatbuffer)
         assert interpreter.get_input_details()[0]["dtype"] == np.float32, variant
-        assert "CAST" not in quantize.float_ops(flatbuffer)
+        assert "CAST" not in tflite_graph.float_ops(flatbuffer)
