@@ -108,8 +108,8 @@ def convert(classifier, variant, calibration=None, input_dtype="float32"):
 
 def _convert_from_saved_model(classifier, variant, calibration, input_dtype):
     """fp32, fp16 and dynamic-range int8 by the TFLite converter; and the strict variant, its
-    integer-only mode: uint8 pixels in, uint8 probabilities out, and int8 kernels for every op
-    (LayerNorm's NEG, which the converter leaves in float, made an int8 MUL by -1)."""
+    integer-only mode: uint8 pixel bytes in, uint8 probabilities out, and int8 kernels for every
+    op (LayerNorm's NEG, which the converter leaves in float, made an int8 MUL by -1)."""
     with tempfile.TemporaryDirectory(prefix="keras-vit-tflite-") as folder:
         converter = _converter(classifier, folder, input_dtype=input_dtype)
         converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
@@ -138,7 +138,9 @@ def _convert_from_saved_model(classifier, variant, calibration, input_dtype):
                     f"{_first_lines(message)}"
                 ) from None
             raise
-    return tflite_graph.integer_negations(flatbuffer) if variant == "int8_strict" else flatbuffer
+    if variant == "int8_strict":
+        flatbuffer = tflite_graph.raw_pixel_input(tflite_graph.integer_negations(flatbuffer))
+    return flatbuffer
 
 
 def _first_lines(message, count=6):

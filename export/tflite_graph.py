@@ -134,6 +134,25 @@ def integer_negations(flatbuffer):
     return _packed(model, len(flatbuffer))
 
 
+def raw_pixel_input(flatbuffer):
+    """`flatbuffer` with its uint8 input read as raw pixel values (scale 1, zero point 0).
+
+    The converter scales a uint8 input to the range the calibration images happened to span
+    (0 to 237, say); MediaPipe and camera pipelines hand a uint8 model the pixel bytes as they
+    are. The QUANTIZE that follows the input requantises from whatever the input declares.
+    """
+    from ai_edge_litert import schema_py_generated as schema
+
+    model = schema.ModelT.InitFromPackedBuf(bytearray(flatbuffer), 0)
+    graph = model.subgraphs[0]
+    image = graph.tensors[graph.inputs[0]]
+    if image.type != schema.TensorType.UINT8 or image.quantization is None:
+        return flatbuffer
+    image.quantization.scale, image.quantization.zeroPoint = [1.0], [0]
+    image.quantization.min = image.quantization.max = None
+    return _packed(model, len(flatbuffer))
+
+
 def _minus_one(model, graph):
     """A new int8 constant tensor holding -1 (scale 1, zero point 0); returns its index."""
     from ai_edge_litert import schema_py_generated as schema

@@ -129,3 +129,11 @@ def test_int8_input_float32_gives_integer_variants_that_take_float_pixels(classi
         interpreter = Interpreter(model_content=flatbuffer)
         assert interpreter.get_input_details()[0]["dtype"] == np.float32, variant
         assert "CAST" not in tflite_graph.float_ops(flatbuffer)
+
+
+def test_the_strict_variant_takes_the_pixel_bytes_whatever_range_calibration_saw(classifier):
+    """MediaPipe hands a uint8 model the pixel bytes as they are: the input must say scale 1."""
+    images = np.random.default_rng(2).uniform(50, 200, (6, 32, 32, 3)).astype(np.float32)
+    flatbuffer = tflite.convert(classifier, "int8_strict", tflite.Calibration(classifier, images))
+    given = Interpreter(model_content=flatbuffer).get_input_details()[0]
+    assert given["dtype"] == np.uint8 and given["quantization"] == (1.0, 0)
