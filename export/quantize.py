@@ -102,8 +102,8 @@ def with_bits(rules, bits):
     return tuple(changed)
 
 
-# 16-bit activations everywhere but LayerNorm's statistics, which stay in float: in 8 or 16 bits
-# they cost the 224-px model 17 points of top-1 agreement.
+# 16-bit activations everywhere but LayerNorm's statistics, which stay in float: with them in
+# 16 bits too, the 224-px model agrees with fp32 on 86.0% of its images; in float, on 99.5%.
 BASE_16 = (*INT16, *with_bits(GROUPS["LayerNorm statistics"], None))
 
 # What `keras-vit export --quantize` ships, chosen from the sensitivity table
