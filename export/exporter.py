@@ -33,6 +33,7 @@ from keras_vit.files import DiskFullError, folder_size, is_disk_full, write_byte
 from keras_vit.inference.classifier import load_classifier
 from keras_vit.storage.export_folder import (
     BATCHING_FILE,
+    DEFAULT_QUANTIZATIONS,
     LABELS_FILE,
     MANIFEST_FILE,
     ONNX_FILE,
@@ -123,7 +124,7 @@ def export_model(
     source,
     output="exports",
     formats=FORMATS,
-    quantize=QUANTIZATIONS,
+    quantize=DEFAULT_QUANTIZATIONS,
     name=None,
     dataset=None,
     int8_input="uint8",
@@ -138,7 +139,8 @@ def export_model(
         source: a run folder or `.keras` file.
         output: the export root; files go to `output/<name>/<N>/` and `export-<N>/`.
         formats: any of `FORMATS`.
-        quantize: quantized TFLite variants beside fp32, any of `QUANTIZATIONS`.
+        quantize: quantized TFLite variants beside fp32, any of `QUANTIZATIONS` (the
+            integer ones are opt-in, as on the command line).
         name: the serving name (default: the model's, e.g. `vit_nano_patch4_32`).
         dataset: held-out images for verification and training images for int8
             calibration; a run folder's own dataset by default.

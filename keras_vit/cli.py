@@ -13,7 +13,7 @@ import typing
 
 from keras_vit import framework_logs
 from keras_vit.inference.runtimes import TOP_K
-from keras_vit.storage.export_folder import INTEGER_VARIANTS, TFLITE_VARIANTS
+from keras_vit.storage.export_folder import DEFAULT_QUANTIZATIONS, INTEGER_VARIANTS, TFLITE_VARIANTS
 
 
 def _models(args):
@@ -328,9 +328,9 @@ def _add_export_arguments(export):
     )
     export.add_argument(
         "--quantize",
-        default="fp16,dynamic",
+        default=",".join(DEFAULT_QUANTIZATIONS),
         help=f"TFLite variants beside fp32: a comma list of {','.join(TFLITE_VARIANTS[1:])} (default "
-        f"fp16,dynamic), all or none. The integer ones ({', '.join(INTEGER_VARIANTS)}) are opt-in: on "
+        f"%(default)s), all or none. The integer ones ({', '.join(INTEGER_VARIANTS)}) are opt-in: on "
         f"this kind of CPU they are slower than fp32; each is verified against its targets (see the README)",
     )
     export.add_argument(

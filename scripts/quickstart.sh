@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The main job on a fresh machine: install keras-vit, train a small ViT on the embedded
 # cifar10-mini (3,000 real CIFAR-10 images, no download) on the CPU, and evaluate it on the
-# 500 held-out test images, then export it (TF Serving SavedModel, TFLite fp32/fp16/int8,
-# ONNX) and verify every export against Keras on those test images.
+# 500 held-out test images, then export it (TF Serving SavedModel, TFLite fp32/fp16/dynamic-range
+# int8, ONNX) and verify every export against Keras on those test images.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh export

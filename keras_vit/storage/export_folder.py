@@ -29,6 +29,9 @@ VERIFICATION_FILES = ("verification.json", "verification.md")
 # recipes, `int8_strict` with no float op at all).
 TFLITE_VARIANTS = ("fp32", "fp16", "dynamic", "int8", "int16x8", "int8_strict")
 INTEGER_VARIANTS = ("int8", "int16x8", "int8_strict")
+# What an export writes beside fp32 unless told: the integer variants are opt-in, being slower
+# than fp32 on CPUs without VNNI.
+DEFAULT_QUANTIZATIONS = ("fp16", "dynamic")
 
 
 def tflite_file(variant):

@@ -19,7 +19,7 @@ import keras_vit
 from keras_vit.cli import main
 from keras_vit.data import datasets as data
 from keras_vit.export import tflite, tflite_graph
-from keras_vit.export.exporter import export_model, next_version, recommended_variant
+from keras_vit.export.exporter import QUANTIZATIONS, export_model, next_version, recommended_variant
 from keras_vit.inference.classifier import load_classifier
 from keras_vit.inference.runtimes import open_model
 from keras_vit.inference.tflite_metadata import read_metadata
@@ -59,8 +59,9 @@ def exported(tiny_model_file, tmp_path_factory):
     """Every format and every TFLite variant of the tiny model, verified on 100 held-out images."""
     output = tmp_path_factory.mktemp("exports")
     manifest = export_model(
-        tiny_model_file, output=str(output), dataset="cifar10-mini", verify_images=100, calibration_images=50
-    )
+        tiny_model_file, output=str(output), quantize=QUANTIZATIONS, dataset="cifar10-mini",
+        verify_images=100, calibration_images=50,
+    )  # fmt: skip
     return manifest
 
 

@@ -15,16 +15,16 @@ import json, sys
 import tensorflow as tf
 cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+import keras_vit.training.distribute as d
 from keras_vit.training.train import build_model, compile_training_model, train
 from keras_vit.training.config import TrainConfig
-config = TrainConfig(**json.loads(sys.argv[1]))
-strategy = sys.argv[2]
-if strategy == "mirrored":
-    config.strategy = "mirrored"
-    import keras_vit.training.distribute as d
-    d._tf_strategy = lambda name: tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
-run = train(config)
-print(json.dumps(run.summary["history"]["loss"]))
+losses = {}
+for name, config in json.loads(sys.argv[1]).items():  # one process: each run seeds itself
+    config = TrainConfig(**config)
+    if config.strategy == "mirrored":
+        d._tf_strategy = lambda name: tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    losses[name] = train(config).summary["history"]["loss"]
+print(json.dumps(losses))
 """
 
 
@@ -39,27 +39,24 @@ def test_mirrored_over_two_cpu_replicas_matches_one_replica_with_clipping(colors
     epochs. The clip norm is small enough to act on every step: without clipping the losses
     differ by more than 1e-3.
     """
-    runs = {}
-    for name, strategy, clipnorm in (
-        ("one-device", "one-device", 0.05),
-        ("mirrored", "mirrored", 0.05),
-        ("unclipped", "one-device", 0.0),
-    ):
-        config = dict(
-            dataset=colors_dataset, output=str(tmp_path / name), epochs=2, batch_size=8,
-            validation_split=0.25, overrides=TINY_MODEL, jit_compile=False, crop="none", flip=False,
-            drop_path_rate=0.0, strategy="one-device", clipnorm=clipnorm,
-        )  # fmt: skip
-        runs[name] = subprocess.Popen(
-            [sys.executable, "-c", LOGICAL_CPUS, json.dumps(config), strategy],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),
-        )  # fmt: skip
-    losses = {}
-    for name, process in runs.items():
-        out, err = process.communicate(timeout=300)
-        assert process.returncode == 0, err[-3000:]
-        losses[name] = json.loads(out.strip().splitlines()[-1])
+    common = dict(
+        dataset=colors_dataset, epochs=2, batch_size=8, validation_split=0.25, overrides=TINY_MODEL,
+        jit_compile=False, crop="none", flip=False, drop_path_rate=0.0,
+    )  # fmt: skip
+    configs = {
+        name: dict(common, output=str(tmp_path / name), strategy=strategy, clipnorm=clipnorm)
+        for name, strategy, clipnorm in (
+            ("one-device", "one-device", 0.05),
+            ("unclipped", "one-device", 0.0),
+            ("mirrored", "mirrored", 0.05),
+        )
+    }
+    result = subprocess.run(
+        [sys.executable, "-c", LOGICAL_CPUS, json.dumps(configs)],
+        capture_output=True, text=True, timeout=300, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    losses = json.loads(result.stdout.strip().splitlines()[-1])
     np.testing.assert_allclose(losses["mirrored"], losses["one-device"], rtol=1e-4)
     assert np.max(np.abs(np.subtract(losses["unclipped"], losses["one-device"]))) > 1e-3  # clipping acted
 
@@ -125,18 +122,19 @@ tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfigur
 import keras_vit.training.distribute as d
 from keras_vit.training.train import build_model, compile_training_model, train
 from keras_vit.training.config import TrainConfig
-strategy = sys.argv[3]
-if strategy == "one-device":
-    d._tf_strategy = lambda name: tf.distribute.OneDeviceStrategy("/cpu:0")
-else:
-    d._tf_strategy = lambda name: tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+STRATEGIES = {
+    "one-device": lambda name: tf.distribute.OneDeviceStrategy("/cpu:0"),
+    "mirrored": lambda name: tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]),
+}
 results = {}
-for precision, xla in json.loads(sys.argv[4]):
-    key = f"{strategy}/{precision}/{'xla' if xla else 'graph'}"
-    config = TrainConfig(**json.loads(sys.argv[1]), strategy=strategy, precision=precision,
-                         jit_compile=xla, output=f"{sys.argv[2]}/{key.replace('/', '-')}")
-    summary = train(config).summary
-    results[key] = [summary["optimizer_steps"], summary["history"]["loss"][-1]]
+for strategy, settings in json.loads(sys.argv[3]).items():
+    d._tf_strategy = STRATEGIES[strategy]
+    for precision, xla in settings:
+        key = f"{strategy}/{precision}/{'xla' if xla else 'graph'}"
+        config = TrainConfig(**json.loads(sys.argv[1]), strategy=strategy, precision=precision,
+                             jit_compile=xla, output=f"{sys.argv[2]}/{key.replace('/', '-')}")
+        summary = train(config).summary
+        results[key] = [summary["optimizer_steps"], summary["history"]["loss"][-1]]
 print(json.dumps(results))
 """
 
@@ -147,7 +145,7 @@ def test_every_pair_of_strategy_precision_and_xla_settings_trains(colors_dataset
     few steps each, finite losses. Six runs hold every pair of two settings, a pairwise design:
     each run spends its time tracing and compiling, not stepping, and all 12 took 2 minutes.
     (Multi-worker over two processes: the test above, with the default XLA on.)
-    The two strategies run side by side, one process each."""
+    All six run in one process: starting one costs as much as a run."""
     config = dict(
         dataset=colors_dataset, epochs=1, batch_size=8, steps_per_epoch=2, validation_split=0.0,
         overrides=dict(TINY_MODEL, depth=1), mixup=0.8, cutmix=1.0, random_erasing=0.25,
@@ -164,21 +162,12 @@ def test_every_pair_of_strategy_precision_and_xla_settings_trains(colors_dataset
         for pair in ((strategy, precision), (strategy, xla), (precision, xla))
     }
     assert len(pairs) == 2 * 3 + 2 * 2 + 3 * 2  # every pair of values, each at least once
-    processes = [
-        subprocess.Popen(
-            [sys.executable, "-c", MATRIX, json.dumps(config), str(tmp_path), strategy, json.dumps(settings)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),
-        )  # fmt: skip
-        for strategy, settings in runs.items()
-    ]
-    results = {}
-    for process in processes:
-        out, err = process.communicate(timeout=600)
-        assert process.returncode == 0, err[-3000:]
-        results.update(json.loads(out.strip().splitlines()[-1]))
+    result = subprocess.run(
+        [sys.executable, "-c", MATRIX, json.dumps(config), str(tmp_path), json.dumps(runs)],
+        capture_output=True, text=True, timeout=600, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    results = json.loads(result.stdout.strip().splitlines()[-1])
     assert len(results) == 6
     for key, (steps, loss) in results.items():
         assert steps == 2 and np.isfinite(loss), key
