@@ -14,6 +14,15 @@ from keras_vit.cli import main
 from keras_vit.storage.saving import load_trained_model
 
 
+def _two_frozen_steps(dataset, weights, output):
+    """`keras-vit train` arguments: two steps from `weights` with the backbone frozen."""
+    return [
+        "train", "--dataset", dataset, "--weights", weights, "--output", str(output), "--epochs", "1",
+        "--steps-per-epoch", "2", "--batch-size", "8", "--validation-split", "0.25", "--freeze-backbone",
+        "--no-jit-compile",
+    ]  # fmt: skip
+
+
 def test_train_from_a_pretrained_name_takes_its_architecture_and_weights_with_a_new_head(
     colors_dataset, hub_cache, tmp_path
 ):
@@ -25,12 +34,7 @@ def test_train_from_a_pretrained_name_takes_its_architecture_and_weights_with_a_
     reference.pretrained_cfg = dict(reference.pretrained_cfg, mean=(0.4, 0.5, 0.6), std=(0.2, 0.3, 0.4))
     save_for_hf(reference, HUB.repo_folder("tests/small-to-tune"), safe_serialization=True)
     output = tmp_path / "run"
-    argv = [
-        "train", "--dataset", colors_dataset, "--weights", "hf-hub:tests/small-to-tune",
-        "--output", str(output), "--epochs", "1", "--steps-per-epoch", "2", "--batch-size", "8",
-        "--validation-split", "0.25", "--freeze-backbone", "--no-jit-compile",
-    ]  # fmt: skip
-    assert main(argv) == 0
+    assert main(_two_frozen_steps(colors_dataset, "hf-hub:tests/small-to-tune", output)) == 0
     model = load_trained_model(output)
     assert model.name == "vit_small_patch16_224" and model.image_size == (32, 32)
     assert (model.hidden_dim, model.depth, model.num_classes) == (32, 2, 3)
@@ -65,12 +69,7 @@ def test_train_from_a_transformers_repo_builds_the_nearest_architecture_with_its
     reference = transformers.ViTForImageClassification(config)
     reference.save_pretrained(HUB.repo_folder("tests/transformers-to-tune"))
     output = tmp_path / "run"
-    argv = [
-        "train", "--dataset", colors_dataset, "--weights", "hf-hub:tests/transformers-to-tune",
-        "--output", str(output), "--epochs", "1", "--steps-per-epoch", "2", "--batch-size", "8",
-        "--validation-split", "0.25", "--freeze-backbone", "--no-jit-compile",
-    ]  # fmt: skip
-    assert main(argv) == 0
+    assert main(_two_frozen_steps(colors_dataset, "hf-hub:tests/transformers-to-tune", output)) == 0
     model = load_trained_model(output)
     assert model.name == "vit_nano_patch4_32" and model.image_size == (32, 32)  # patch 4 at 32 px
     assert (model.hidden_dim, model.depth, model.mlp_dim, model.num_classes) == (32, 2, 64, 3)
