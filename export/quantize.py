@@ -81,9 +81,9 @@ INT8 = (Rule(".*", "*", 8), *FLOAT_IO)
 INT16 = (Rule(".*", "*", 16), *FLOAT_IO)
 
 
-def block_rules(index, bits=8):
-    """Every op of transformer block `index`."""
-    return (Rule(rf"/block_{index}(_\d+)?/", "*", bits),)
+def block_rules(index):
+    """Every op of transformer block `index`, in int8."""
+    return (Rule(rf"/block_{index}(_\d+)?/", "*", 8),)
 
 
 # Ops the quantizer has no int16 kernel for: they stay in float in a 16-bit recipe.
