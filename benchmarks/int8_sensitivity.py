@@ -14,6 +14,10 @@ Each row gives top-1 agreement with fp32 and the accuracy change on the held-out
 verification uses. The report goes to docs/benchmarks/int8.md, one section per model.
 
     python benchmarks/int8_sensitivity.py runs/quickstart-... [--images 500] [--calibration 200]
+    # a pretrained checkpoint (any name `keras-vit export` takes) on a folder of photos; ImageNet
+    # folders named by WordNet id (n01440764, ...) are scored against the model's 1000 classes
+    python benchmarks/int8_sensitivity.py local-dir:PATH --dataset /work/data/imagenette2_224/val \
+        --images 394 --calibration 100 --skip-16-bit
 """
 
 import argparse
@@ -30,6 +34,7 @@ from keras_vit.data.contract import InputContract  # noqa: E402
 from keras_vit.export import quantize, tflite, tflite_graph  # noqa: E402
 from keras_vit.export.verify import held_out_images  # noqa: E402
 from keras_vit.inference.classifier import load_classifier  # noqa: E402
+from keras_vit.model import pretrained  # noqa: E402
 from keras_vit.storage.locate import locate  # noqa: E402
 from keras_vit.storage.run_folder import RunFolder  # noqa: E402
 
@@ -52,9 +57,11 @@ def probabilities(flatbuffer, images):
     return np.stack(results)
 
 
-def recipes(depth):
-    """`(row name, rules)` in the table's order."""
+def recipes(depth, skip_16_bit=False):
+    """`(row name, rules)` in the table's order (`skip_16_bit`: none with 16-bit activations,
+    whose reference kernels take a real model half a second an image)."""
     rows = [("everything int8", quantize.INT8), ("everything int16", quantize.INT16)]
+    rows.append(("everything dynamic-range int8", quantize.RECIPES["dynamic"]))
     for group, rules in quantize.GROUPS.items():
         rows.append((f"only {group} int8", (*rules, *quantize.FLOAT_IO)))
     for group, rules in quantize.GROUPS.items():
@@ -65,11 +72,28 @@ def recipes(depth):
         rows.append((f"16-bit base, {group} int8", (*quantize.BASE_16, *rules)))
     for index in range(depth):
         rows.append((f"only block {index} int8", (*quantize.block_rules(index), *quantize.FLOAT_IO)))
+    if skip_16_bit:
+        rows = [(name, rules) for name, rules in rows if all(rule.activation_bits != 16 for rule in rules)]
     return rows
 
 
-def measure(classifier, spec, image_count, calibration_count):
-    _, images, labels, split, _ = held_out_images(spec, InputContract.of(classifier), limit=image_count)
+def model_labels(classifier, labels, class_names):
+    """`labels` (indices into the dataset's `class_names`) as the model's class indices: the
+    same when the dataset is the model's; by WordNet id for ImageNet folders and a 1000-class
+    model; None (agreement only) when neither."""
+    if list(class_names) == list(classifier.class_names):
+        return labels
+    ids = pretrained.wordnet_ids(classifier.class_names) or []
+    if all(name in ids for name in class_names):
+        return np.array([ids.index(class_names[label]) for label in labels])
+    return None
+
+
+def measure(classifier, spec, image_count, calibration_count, skip_16_bit=False):
+    _, images, labels, split, names = held_out_images(spec, InputContract.of(classifier), limit=image_count)
+    labels = model_labels(classifier, labels, names)
+    if labels is None:
+        labels = np.full(len(images), -1)  # agreement only: every accuracy is 0
     representative = tflite.representative_images(spec, classifier.image_size, count=calibration_count)
     start = time.perf_counter()
     calibration = tflite.Calibration(classifier, representative, "uint8")
@@ -77,11 +101,13 @@ def measure(classifier, spec, image_count, calibration_count):
     float_model, ranges = calibration.float_model, calibration.ranges
     reference = probabilities(float_model, images)
     made = {}
-    for name, rules in recipes(classifier.model.depth):
+    for name, rules in recipes(classifier.model.depth, skip_16_bit):
         if not quantize.matching_ops(float_model, rules):
             raise ValueError(f"{name}: its rules match no op; were the layers renamed?")
         made[name] = lambda rules=rules: quantize.quantize(float_model, rules, ranges)
-    for variant in tflite.INTEGER_VARIANTS:  # what `keras-vit export --quantize` ships
+    for variant in ("dynamic", *tflite.INTEGER_VARIANTS):  # what `keras-vit export --quantize` ships
+        if skip_16_bit and variant == "int16x8":
+            continue
         made[f"shipped `{variant}`"] = lambda v=variant: tflite.convert(classifier, v, calibration)
     rows = []
     for name, make in made.items():
@@ -148,11 +174,12 @@ def main():
     parser.add_argument("--dataset", help="default: the run's dataset")
     parser.add_argument("--images", type=int, default=500, help="held-out images (default 500)")
     parser.add_argument("--calibration", type=int, default=200, help="calibration images (default 200)")
+    parser.add_argument("--skip-16-bit", action="store_true", help="no row with 16-bit activations")
     args = parser.parse_args()
 
     classifier = load_classifier(args.model)
     spec = RunFolder(locate(args.model).folder).dataset_spec().with_name(args.dataset)
-    result = measure(classifier, spec, args.images, args.calibration)
+    result = measure(classifier, spec, args.images, args.calibration, args.skip_16_bit)
     result["calibration_images"] = args.calibration
     command = "python benchmarks/int8_sensitivity.py " + " ".join(sys.argv[1:])
     text = section(f"{classifier.name} ({args.model})", command, result, spec)

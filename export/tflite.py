@@ -98,7 +98,10 @@ def convert(classifier, variant, calibration=None, input_dtype="float32"):
         raise ValueError(f"Unknown TFLite variant {variant!r}; choose from {', '.join(VARIANTS)}.")
     if variant in INTEGER_VARIANTS and calibration is None:
         raise ValueError(f"The {variant} TFLite variant needs a Calibration from the training images.")
-    if variant in quantize.RECIPES:
+    if variant == "dynamic":  # no calibration: activations are quantised at run time
+        float_model = _convert_from_saved_model(classifier, "fp32", None, input_dtype)
+        flatbuffer = quantize.quantize(float_model, quantize.RECIPES[variant], None)
+    elif variant in quantize.RECIPES:
         flatbuffer = quantize.quantize(calibration.float_model, quantize.RECIPES[variant], calibration.ranges)
     else:
         flatbuffer = _convert_from_saved_model(classifier, variant, calibration, input_dtype)
@@ -107,7 +110,7 @@ def convert(classifier, variant, calibration=None, input_dtype="float32"):
 
 
 def _convert_from_saved_model(classifier, variant, calibration, input_dtype):
-    """fp32, fp16 and dynamic-range int8 by the TFLite converter; and the strict variant, its
+    """fp32 and fp16 by the TFLite converter; and the strict variant, its
     integer-only mode: uint8 pixel bytes in, uint8 probabilities out, and int8 kernels for every
     op (LayerNorm's NEG, which the converter leaves in float, made an int8 MUL by -1)."""
     with tempfile.TemporaryDirectory(prefix="keras-vit-tflite-") as folder:
@@ -117,8 +120,6 @@ def _convert_from_saved_model(classifier, variant, calibration, input_dtype):
         if variant == "fp16":
             converter.optimizations = [tf.lite.Optimize.DEFAULT]
             converter.target_spec.supported_types = [tf.float16]
-        elif variant == "dynamic":
-            converter.optimizations = [tf.lite.Optimize.DEFAULT]
         elif variant == "int8_strict":
             converter.optimizations = [tf.lite.Optimize.DEFAULT]
             converter.representative_dataset = lambda: (
