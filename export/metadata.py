@@ -18,12 +18,13 @@ hand the model raw pixels. `keras_vit.inference.tflite_metadata` reads it back.
 """
 
 import io
+import json
 import zipfile
 
 import flatbuffers
 
 from keras_vit.inference.tflite_metadata import METADATA_NAME, schemas
-from keras_vit.storage.export_folder import LABELS_FILE
+from keras_vit.storage.export_folder import LABELS_FILE, TRANSFORM_FILE
 
 # The second output of the attention model (`keras-vit export --attention`).
 ATTENTION_OUTPUT = "attention"
@@ -55,6 +56,14 @@ def _model_metadata(classifier, input_is_uint8, description, output_ranks=(2,)):
     image.stats = fb.StatsT()
     image.stats.min = [0.0]
     image.stats.max = [255.0]
+    transform = fb.AssociatedFileT()
+    transform.name = TRANSFORM_FILE
+    transform.description = (
+        f"How an image is brought to {height}x{width}: {classifier.transform.describe((height, width))} "
+        "(crop_pct, crop_mode, interpolation: timm's evaluation transform; Pillow's 8-bit passes)."
+    )
+    transform.type = fb.AssociatedFileType.UNKNOWN
+    image.associatedFiles = [transform]
 
     labels = fb.AssociatedFileT()
     labels.name = LABELS_FILE
@@ -153,4 +162,5 @@ def add_metadata(flatbuffer, classifier, description=""):
     # Appending to a non-ZIP file makes the file the archive's preamble; offsets stay absolute.
     with zipfile.ZipFile(packed, "a", compression=zipfile.ZIP_STORED) as archive:
         archive.writestr(LABELS_FILE, "".join(f"{name}\n" for name in classifier.class_names))
+        archive.writestr(TRANSFORM_FILE, json.dumps(classifier.transform.config()))
     return packed.getvalue()

@@ -1,7 +1,11 @@
 """ONNX export through tf2onnx, for runtimes outside the TensorFlow family (ONNX Runtime, TensorRT)."""
 
+import json
+
 import numpy as np
 import tensorflow as tf
+
+from keras_vit.storage.export_folder import TRANSFORM_FILE
 
 OPSET = 17
 
@@ -35,4 +39,6 @@ def convert(classifier):
     proto.doc_string = f"{classifier.name}: RGB pixels in [0, 255] -> class probabilities"
     entry = proto.metadata_props.add()
     entry.key, entry.value = "class_names", "\n".join(classifier.class_names)
+    entry = proto.metadata_props.add()
+    entry.key, entry.value = TRANSFORM_FILE, json.dumps(classifier.transform.config())
     return proto.SerializeToString()

@@ -12,6 +12,7 @@ Both return `probabilities` (batch, classes), and the `top_k_indices`,
 `top_k_classes` and `top_k_probabilities` (batch, k) of each image.
 """
 
+import json
 import os
 
 import tensorflow as tf
@@ -19,7 +20,7 @@ import tensorflow as tf
 from keras_vit.data.contract import InputContract
 from keras_vit.data.pipeline import starts_with
 from keras_vit.inference.runtimes import TOP_K
-from keras_vit.storage.export_folder import LABELS_FILE
+from keras_vit.storage.export_folder import LABELS_FILE, TRANSFORM_FILE
 
 # TF Serving's server-side batching (`--enable_batching --batching_parameters_file=...`):
 # requests arriving within 2 ms are run as one batch of up to 32 images, which serving_default's
@@ -203,3 +204,5 @@ def write_saved_model(classifier, path):
     os.makedirs(os.path.join(path, "assets"), exist_ok=True)
     with open(os.path.join(path, "assets", LABELS_FILE), "w") as f:
         f.write("".join(f"{name}\n" for name in classifier.class_names))
+    with open(os.path.join(path, "assets", TRANSFORM_FILE), "w") as f:
+        json.dump(classifier.transform.config(), f)

@@ -103,10 +103,10 @@ class LoadedModel:
         return cls(path, runner)
 
     def preprocess(self, image):
-        """Upright RGB uint8 pixels -> the model's float32 input, resized as in training."""
+        """Upright RGB uint8 pixels -> the model's float32 input, by the model's input contract."""
         from keras_vit.data.contract import InputContract
 
-        return InputContract(tuple(self.image_size)).resize(image)
+        return InputContract.of(self.runner).resize(image)
 
     def classify(self, image, with_attention=True, top_k=TOP_K):
         """Classifies one RGB uint8 image; the attention map too when asked and available."""

@@ -164,6 +164,7 @@ def describe_model(path):
         "sha256": hashlib.sha256(flatbuffer).hexdigest(),
         "imageSize": list(contract.image_size),
         "resize": RESIZE,  # the rule preprocess.js ports; the page refuses another
+        "transform": contract.transform.config(),  # crop_pct, crop_mode, interpolation, from the .tflite
         "mean": metadata["mean"],  # the metadata's normalisation of the input tensor (MediaPipe's)
         "std": metadata["std"],
         "labels": contract.class_names,

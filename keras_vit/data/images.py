@@ -12,6 +12,8 @@ import warnings
 
 import numpy as np
 
+from keras_vit.data.transform import DEFAULT
+
 # The image files keras-vit reads: datasets for training, `predict`, the apps.
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".gif", ".bmp", ".webp", ".tif", ".tiff")
 # Images are shrunk to at most this many pixels on the long side on decode: a
@@ -67,28 +69,69 @@ def load_image(source, max_side=MAX_SIDE):
     return np.asarray(image, dtype=np.uint8)
 
 
-def resize(pixels, image_size):
-    """Resizes `(height, width, channels)` pixels to `image_size` as float32 in [0, 255], as
-    `keras_vit.data.pipeline.resize` does in TensorFlow (antialiased bilinear) for training and the
-    served model, equal to float32 rounding: `keras-vit predict` and the apps need no
-    TensorFlow to run a `.tflite` or `.onnx`. Skipped when the image already fits."""
+def resize(pixels, image_size, transform=DEFAULT):
+    """Brings `(height, width, channels)` pixels to `image_size` by `transform` (a
+    `keras_vit.data.transform.Transform`: resize, then centre crop) as float32 in [0, 255], as
+    `keras_vit.data.pipeline.resize` does in TensorFlow for training and the served model:
+    `keras-vit predict` and the apps need no TensorFlow to run a `.tflite` or `.onnx`.
+
+    The resize is Pillow's (timm's reader), to the bit: its filters and fixed-point weights, the
+    width first, then the height, each pass stored in 8 bits; a side that keeps its size is not
+    filtered. Integer arithmetic in float64 is exact in any order, so every port agrees."""
     pixels = np.asarray(pixels, dtype=np.float32)
+    (new_height, new_width), (top, left) = transform.plan(pixels.shape[:2], image_size)
     height, width = int(image_size[0]), int(image_size[1])
-    if pixels.shape[:2] == (height, width):
-        return pixels
-    rows = np.tensordot(_triangle_weights(pixels.shape[0], height), pixels, axes=(1, 0))
-    return np.matmul(_triangle_weights(pixels.shape[1], width), rows)  # (height, width, channels)
+    kernel = KERNELS[transform.interpolation]
+    if new_width != pixels.shape[1]:
+        columns = filter_weights(pixels.shape[1], new_width, kernel)[left : left + width]
+        pixels = to_8_bits(np.einsum("vw,hwc->hvc", columns, pixels.astype(np.float64)))
+    else:
+        pixels = pixels[:, left : left + width]
+    if new_height != pixels.shape[0]:
+        rows = filter_weights(pixels.shape[0], new_height, kernel)[top : top + height]
+        return to_8_bits(np.tensordot(rows, pixels.astype(np.float64), axes=(1, 0)))
+    return pixels[top : top + height]
 
 
-def _triangle_weights(size, new_size):
-    """`(new_size, size)` weights of TensorFlow's `scale_and_translate` with the triangle kernel
-    and antialiasing: half-pixel centres, the kernel widened by the shrink factor, each row of
-    weights summing to 1."""
-    inverse_scale = size / new_size
-    kernel_scale = max(inverse_scale, 1.0)  # antialiasing: a shrink averages all it covers
-    centres = (np.arange(new_size) + 0.5) * inverse_scale - 0.5
-    weights = np.maximum(0.0, 1.0 - np.abs(centres[:, None] - np.arange(size)) / kernel_scale)
-    return (weights / weights.sum(axis=1, keepdims=True)).astype(np.float32)
+# Pillow's fixed point: weights in units of 2**-22 (`PRECISION_BITS`), sums rounded half up.
+PRECISION = 2.0**22
+
+
+def to_8_bits(sums):
+    """A pass's sums of pixels times fixed-point weights as Pillow stores them: rounded half up
+    and clipped to [0, 255] (the bicubic filter overshoots at edges), as float32."""
+    return np.clip(np.floor((sums + PRECISION / 2) / PRECISION), 0.0, 255.0).astype(np.float32)
+
+
+def _triangle(x):
+    x = np.abs(x)
+    return np.where(x < 1.0, 1.0 - x, 0.0)
+
+
+def _keys_cubic(x):
+    """Keys' cubic with a = -0.5, in Pillow's operation order (its `bicubic_filter`)."""
+    x = np.abs(x)
+    near = ((-0.5 + 2.0) * x - (-0.5 + 3.0)) * x * x + 1
+    far = (((x - 5) * x + 8) * x - 4) * -0.5
+    return np.where(x < 1.0, near, np.where(x < 2.0, far, 0.0))
+
+
+# The resize filters, by the transform's interpolation (Pillow's BILINEAR and BICUBIC, which
+# TensorFlow's antialiased triangle and keyscubic equal).
+KERNELS = {"bilinear": _triangle, "bicubic": _keys_cubic}
+
+
+def filter_weights(size, new_size, kernel):
+    """`(new_size, size)` fixed-point weights (whole numbers, in float64) of Pillow's resize from
+    `size` to `new_size`: half-pixel centres, the kernel widened by the shrink factor
+    (antialiasing), each row normalised in order, then rounded away from zero to 2**-22."""
+    scale = size / new_size
+    inverse_width = 1.0 / max(scale, 1.0)
+    centres = (np.arange(new_size) + 0.5) * scale
+    weights = kernel((np.arange(size)[None, :] - centres[:, None] + 0.5) * inverse_width)
+    totals = np.cumsum(weights, axis=1)[:, -1:]  # Pillow adds them up in order
+    weights = weights / np.where(totals == 0.0, 1.0, totals)
+    return np.trunc(weights * PRECISION + np.where(weights < 0, -0.5, 0.5))
 
 
 def _to_rgb(image):

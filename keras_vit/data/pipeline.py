@@ -16,6 +16,7 @@ import tensorflow as tf
 
 from keras_vit.data import datasets, images
 from keras_vit.data.datasets import SEED, VALIDATION_SPLIT
+from keras_vit.data.transform import DEFAULT
 
 AUTOTUNE = tf.data.AUTOTUNE
 # Decoded training images are cached in memory up to this size (CIFAR-10's 50,000
@@ -147,13 +148,115 @@ def _decode_with_pillow(encoded):
     return tf.ensure_shape(image, (None, None, 3))
 
 
-def resize(image, image_size):
-    """Resizes to `image_size` (height, width) as float32 in [0, 255]; skipped when it already fits.
-    `keras_vit.data.images.resize` is the same resize in NumPy, for runs without TensorFlow."""
-    image = tf.cast(image, tf.float32)
-    if image.shape[0] == image_size[0] and image.shape[1] == image_size[1]:
-        return image
-    return tf.image.resize(image, image_size, method="bilinear", antialias=True)
+def resize(image, image_size, transform=DEFAULT):
+    """Brings an image to `image_size` (height, width) by `transform` (resize, then centre crop),
+    as float32 in [0, 255]: the width first, then the height, each pass rounded to 8 bits as
+    Pillow (timm's reader) stores it; a side that keeps its size is not filtered.
+
+    `keras_vit.data.images.resize` is the same in NumPy, for runs without TensorFlow. Both filter
+    in float64 with the same weights, so their 8-bit roundings agree: TensorFlow's own resize
+    computes in float32 and would round a tie the other way."""
+    height, width = image_size
+    image = tf.cast(image, tf.float64)
+    if image.shape[:2].is_fully_defined():
+        (new_height, new_width), (top, left) = transform.plan(tuple(image.shape[:2]), image_size)
+    else:
+        (new_height, new_width), (top, left) = plan(tf.shape(image)[:2], image_size, transform)
+    kernel = _KERNELS[transform.interpolation]
+    image = _unless_kept(image, 1, new_width, left, width, kernel)
+    image = _unless_kept(image, 0, new_height, top, height, kernel)
+    return tf.ensure_shape(tf.cast(image, tf.float32), (height, width, None))
+
+
+def _triangle(x):
+    x = tf.abs(x)
+    return tf.where(x < 1.0, 1.0 - x, 0.0 * x)
+
+
+def _keys_cubic(x):
+    x = tf.abs(x)
+    near = ((-0.5 + 2.0) * x - (-0.5 + 3.0)) * x * x + 1
+    far = (((x - 5) * x + 8) * x - 4) * -0.5
+    return tf.where(x < 1.0, near, tf.where(x < 2.0, far, 0.0 * x))
+
+
+# `keras_vit.data.images.KERNELS` in tensor ops (the same float64 operations, in the same order),
+# with the radius each reaches.
+_KERNELS = {"bilinear": (_triangle, 1.0), "bicubic": (_keys_cubic, 2.0)}
+
+
+def _unless_kept(image, axis, new_size, start, length, kernel):
+    """One pass along `axis` (0: height, 1: width) to `new_size`, keeping `length` from `start`;
+    the crop alone when the side keeps its size."""
+    size = image.shape[axis] if image.shape[axis] is not None else tf.shape(image)[axis]
+
+    def crop(image):
+        return image[start : start + length] if axis == 0 else image[:, start : start + length]
+
+    if isinstance(new_size, int) and isinstance(size, int):  # known when the graph is built
+        return crop(image) if new_size == size else _filter_pass(image, axis, new_size, start, length, kernel)
+    return tf.cond(
+        tf.equal(new_size, size),
+        lambda: crop(image),
+        lambda: _filter_pass(image, axis, new_size, start, length, kernel),
+    )
+
+
+def _filter_pass(image, axis, new_size, start, length, kernel):
+    """`images.resize`'s pass (Pillow's fixed-point weights, whole numbers in float64) as a sparse
+    band of a few taps per output pixel, whatever the photo's size, stored in 8 bits."""
+    function, radius = kernel
+    moved = image if axis == 0 else tf.transpose(image, (1, 0, 2))  # the filtered axis first
+    size = tf.shape(moved)[0]
+    scale = tf.cast(size, tf.float64) / tf.cast(new_size, tf.float64)
+    kernel_scale = tf.maximum(scale, 1.0)  # antialiasing: a shrink averages all it covers
+    centres = (tf.cast(tf.range(start, start + length), tf.float64) + 0.5) * scale
+    first = tf.maximum(tf.cast(tf.math.floor(centres - radius * kernel_scale), tf.int32), 0)
+    taps = tf.cast(tf.math.ceil(2 * radius * kernel_scale), tf.int32) + 2
+    sources = first[:, None] + tf.range(taps)[None, :]  # (length, taps), every tap that weighs
+    inside = sources < size
+    weights = function((tf.cast(sources, tf.float64) - centres[:, None] + 0.5) * (1.0 / kernel_scale))
+    weights = tf.where(inside, weights, 0.0 * weights)
+    totals = tf.math.cumsum(weights, axis=1)[:, -1:]  # in order, as Pillow and NumPy add them
+    weights = weights / tf.where(tf.equal(totals, 0.0), tf.ones_like(totals), totals)
+    weights = weights * images.PRECISION + tf.where(weights < 0, -0.5 + 0.0 * weights, 0.5 + 0.0 * weights)
+    weights = tf.where(weights < 0, tf.math.ceil(weights), tf.math.floor(weights))  # towards zero
+    outputs = tf.broadcast_to(tf.range(length)[:, None], tf.shape(sources))
+    matrix = tf.sparse.SparseTensor(  # (length, size), in row-major order
+        tf.cast(tf.boolean_mask(tf.stack([outputs, sources], -1), inside), tf.int64),
+        tf.boolean_mask(weights, inside),
+        tf.cast(tf.stack([length, size]), tf.int64),
+    )
+    rest = tf.shape(moved)[1:]
+    sums = tf.sparse.sparse_dense_matmul(matrix, tf.reshape(moved, (size, -1)))
+    sums = tf.reshape(sums, tf.concat([[length], rest], 0))
+    sums = sums if axis == 0 else tf.transpose(sums, (1, 0, 2))
+    # As images.to_8_bits: whole numbers below 2**53 are exact in float64, in any order.
+    return tf.clip_by_value(tf.floor((sums + images.PRECISION / 2) / images.PRECISION), 0.0, 255.0)
+
+
+def plan(source_size, image_size, transform):
+    """`Transform.plan` in tensor ops, for images whose size is known only when they are read
+    (the served SavedModel): the same float64 arithmetic, truncation and ties-to-even rounding."""
+    height, width = (tf.cast(source_size[i], tf.float64) for i in (0, 1))
+    scale_h, scale_w = transform.scale_size(image_size)
+
+    def whole(value):
+        return tf.cast(value, tf.int32)
+
+    if transform.crop_mode == "squash":
+        resized = tf.constant([scale_h, scale_w], tf.int32)
+    elif scale_h == scale_w:
+        resized = tf.where(
+            width <= height,
+            tf.stack([whole(scale_h * height / width), scale_w]),
+            tf.stack([scale_h, whole(scale_w * width / height)]),
+        )
+    else:
+        ratio = tf.minimum(height / scale_h, width / scale_w)
+        resized = whole(tf.round(tf.stack([height / ratio, width / ratio])))
+    corner = whole(tf.round(tf.cast(resized - tf.constant(image_size, tf.int32), tf.float64) / 2))
+    return (resized[0], resized[1]), (corner[0], corner[1])
 
 
 def _decode(image, label):
@@ -166,10 +269,10 @@ def _decode(image, label):
 
 
 def _resize_uint8(image, image_size):
-    """Resizes as `resize` does, rounded back to uint8 (4x smaller to cache than float32)."""
+    """Resizes as `resize` does, as uint8 (its values are 8-bit: 4x smaller to cache than float32)."""
     if image.shape[0] == image_size[0] and image.shape[1] == image_size[1]:
         return image
-    return tf.cast(tf.clip_by_value(tf.round(resize(image, image_size)), 0, 255), tf.uint8)
+    return tf.cast(resize(image, image_size), tf.uint8)
 
 
 def _count(pairs, num_examples):
@@ -279,17 +382,17 @@ def _cached_examples(pairs, image_size, num_examples, cache):
     return (pairs.cache() if cache else pairs), decode_and_resize, buffer
 
 
-def evaluation_batches(pairs, *, image_size, batch_size, cache=True):
+def evaluation_batches(pairs, *, image_size, batch_size, cache=True, transform=DEFAULT):
     """Batches of `{"images": float32 in [0, 255], "labels": int32}` in the dataset's order.
 
-    Images are resized in float32 and never rounded, so evaluation sees what
-    the exported models' checks see. `cache` keeps them in memory, resized.
+    Images are brought to `image_size` by the model's evaluation `transform`, as every reader of
+    the model reads them (`keras_vit.data.contract`). `cache` keeps them in memory, resized.
     """
     image_size = tuple(image_size)
 
     def decode_and_resize(image, label):
         image, label = _decode(image, label)
-        image = tf.ensure_shape(resize(image, image_size), image_size + (3,))
+        image = tf.ensure_shape(resize(image, image_size, transform), image_size + (3,))
         return {"images": image, "labels": tf.cast(label, tf.int32)}
 
     dataset = pairs.map(decode_and_resize, num_parallel_calls=AUTOTUNE)
@@ -332,13 +435,20 @@ class TrainingData:
 
 
 def read_training_data(
-    dataset, *, image_size, batch_size, validation_split=VALIDATION_SPLIT, seed=SEED, repeats=1
+    dataset,
+    *,
+    image_size,
+    batch_size,
+    validation_split=VALIDATION_SPLIT,
+    seed=SEED,
+    repeats=1,
+    transform=DEFAULT,
 ):
     """Reads a dataset as `keras-vit train` does: a folder of class folders, a `.zip` of one,
     a tensorflow-datasets name (`"cifar10"`) or an embedded one (`keras_vit.data.datasets.load_dataset`), its
     validation split carved with `seed` unless it has its own, every image checked to decode
     first, decoded as the exported models decode (EXIF orientation, the accurate DCT) and
-    resized to `image_size` as they resize.
+    resized to `image_size`; validation images are read by the model's evaluation `transform`.
 
         data = keras_vit.pipeline.read_training_data("photos/", image_size=(224, 224), batch_size=32)
         train_ds, val_ds = data.keras_datasets()
@@ -365,7 +475,9 @@ def read_training_data(
     image_size = tuple(image_size)
     validation = None
     if len(val_split):
-        validation = evaluation_batches(val_split.to_dataset(), image_size=image_size, batch_size=batch_size)
+        validation = evaluation_batches(
+            val_split.to_dataset(), image_size=image_size, batch_size=batch_size, transform=transform
+        )
     return TrainingData(
         source=found.source,
         class_names=list(found.class_names),

@@ -1,9 +1,9 @@
 """What every export format is built from: a float32 Keras ViT that maps pixels to probabilities.
 
 A trained model carries its own preprocessing (image size, normalisation inside
-the graph, class names in its config). Each export reads them from here and
-nowhere else, so SavedModel, TFLite and ONNX take the same input: RGB pixels in
-[0, 255], resized to the model's image size.
+the graph, class names and evaluation transform in its config). Each export reads them from
+here and nowhere else, so SavedModel, TFLite and ONNX take the same input: RGB pixels in
+[0, 255], brought to the model's image size by its transform.
 """
 
 import dataclasses
@@ -12,6 +12,7 @@ import re
 
 import keras
 
+from keras_vit.data.transform import DEFAULT, Transform
 from keras_vit.storage.saving import load_trained_model
 
 
@@ -26,6 +27,7 @@ class Classifier:
         channels: input channels (3 for RGB).
         class_names: the label of each output, in order.
         outputs_probabilities: whether `model` ends in a softmax already.
+        transform: how an image is brought to `image_size` (`keras_vit.data.transform`).
     """
 
     model: keras.Model
@@ -34,6 +36,7 @@ class Classifier:
     channels: int
     class_names: list
     outputs_probabilities: bool
+    transform: Transform = DEFAULT
 
     @property
     def num_classes(self):
@@ -84,6 +87,7 @@ def load_classifier(source, name=None):
         channels=shape[3],
         class_names=list(class_names),
         outputs_probabilities=activation == "softmax",
+        transform=Transform.of(model),
     )
 
 

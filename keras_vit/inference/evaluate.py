@@ -41,7 +41,7 @@ def evaluate(model, dataset=datasets.DATASET, split=None, batch_size=100):
     folder, split = spec.held_out(split)
     class_names = list(folder.class_names)
     columns = _model_columns(runner.class_names, class_names)
-    batches = _image_batches(folder[split], runner.image_size, batch_size, runner.uses_tensorflow)
+    batches = _image_batches(folder[split], InputContract.of(runner), batch_size, runner.uses_tensorflow)
     scores = np.concatenate([runner.predict(batch) for batch in batches])
     if columns is not None:
         scores = scores[:, columns]
@@ -90,8 +90,9 @@ def _model_columns(model_classes, class_names):
     return [column[name] for name in class_names]
 
 
-def _image_batches(split, image_size, batch_size, tensorflow):
-    """Float32 `(n, height, width, 3)` batches of `split`'s images at `image_size`, in order.
+def _image_batches(split, contract, batch_size, tensorflow):
+    """Float32 `(n, height, width, 3)` batches of `split`'s images read by the model's input
+    `contract` (its image size and evaluation transform), in order.
 
     Without `tensorflow` (a `.tflite` or `.onnx` runner), a folder or `.zip` split is decoded
     by the input contract (`keras_vit.data.contract`, Pillow and NumPy): `keras-vit evaluate` then starts
@@ -101,12 +102,14 @@ def _image_batches(split, image_size, batch_size, tensorflow):
         from keras_vit.data import pipeline
 
         batches = pipeline.evaluation_batches(
-            split.to_dataset(), image_size=image_size, batch_size=batch_size, cache=False
+            split.to_dataset(),
+            image_size=contract.image_size,
+            batch_size=batch_size,
+            cache=False,
+            transform=contract.transform,
         )
         yield from (batch["images"] for batch in batches.as_numpy_iterator())
         return
-
-    contract = InputContract(tuple(image_size))
 
     def read(index):
         source = split.images[index]

@@ -5,18 +5,19 @@ import os
 import numpy as np
 
 from keras_vit.data.contract import InputContract
+from keras_vit.data.transform import DEFAULT
 from keras_vit.inference.runtimes import TOP_K, ranked
 
 
-def read_image(path, image_size):
+def read_image(path, image_size, transform=DEFAULT):
     """Reads one image file (any mode, EXIF-rotated) to float32 pixels in [0, 255] at `image_size`,
-    by the input contract (`keras_vit.data.contract`).
+    by the input contract (`keras_vit.data.contract`) with the model's evaluation `transform`.
 
     Raises:
         FileNotFoundError: no file at `path`.
         ValueError: the file is a directory, empty, or not a decodable image.
     """
-    return InputContract(tuple(image_size)).read(path)
+    return InputContract(tuple(image_size), transform=transform).read(path)
 
 
 def predict_files(runner, paths, top_k=TOP_K):

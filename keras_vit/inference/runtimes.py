@@ -3,18 +3,20 @@
     runner = open_model("exports/vit/export-1/model_fp32.tflite")
     probabilities = runner.predict(images)  # float32 pixels in [0, 255]
 
-Each runner reads the image size and class names from the file itself (the
+Each runner reads the image size, class names and evaluation transform from the file itself (the
 Keras config, the SavedModel's signature and labels, the TFLite metadata, the
 ONNX metadata), never from a separate config.
 """
 
+import json
 import os
 import re
 
 import numpy as np
 
 from keras_vit import framework_logs
-from keras_vit.storage.export_folder import LABELS_FILE
+from keras_vit.data.transform import DEFAULT, Transform
+from keras_vit.storage.export_folder import LABELS_FILE, TRANSFORM_FILE
 from keras_vit.storage.locate import locate
 
 # How many classes an answer lists: `keras-vit predict`, the apps, the SavedModel's outputs.
@@ -49,6 +51,7 @@ class Runner:
     image_size = None
     channels = 3
     class_names = None
+    transform = DEFAULT  # how images are brought to image_size: read from the file where it says
     has_attention = False
 
     def predict(self, images):
@@ -79,6 +82,7 @@ class KerasRunner(Runner):
         self.image_size = self.classifier.image_size
         self.channels = self.classifier.channels
         self.class_names = self.classifier.class_names
+        self.transform = self.classifier.transform
         self._probabilities = self._graph(self.classifier.probabilities)
         self._rollout = None
 
@@ -131,6 +135,7 @@ class SavedModelRunner(Runner):
                 self.class_names = f.read().splitlines()
         except (OSError, UnicodeDecodeError) as error:
             raise ValueError(f"{path} is a damaged SavedModel: {labels} cannot be read ({error}).") from None
+        self.transform = Transform.of(_read_transform(os.path.join(path, "assets", TRANSFORM_FILE)))
         if len(self.class_names) != self._signature.structured_outputs["probabilities"].shape[-1]:
             raise ValueError(
                 f"{path} is a damaged SavedModel: {labels} names {len(self.class_names)} classes, "
@@ -151,6 +156,17 @@ class SavedModelRunner(Runner):
 
         outputs = self._bytes_signature(image_bytes=tf.constant(list(encoded_images)))
         return {name: value.numpy() for name, value in outputs.items()}
+
+
+def _read_transform(path):
+    """A SavedModel's transform (its dict), or None for one exported before transforms."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as error:
+        raise ValueError(f"{path} cannot be read ({error}): export the model again.") from None
 
 
 def _load_saved_model(path):
@@ -193,6 +209,7 @@ class TFLiteRunner(Runner):
         except ValueError as error:
             raise ValueError(f"{path}: {error}") from None
         self.class_names = self.metadata["labels"]
+        self.transform = Transform.of(self.metadata["transform"])
         self.flatbuffer = flatbuffer
         try:
             self.interpreter = Interpreter(model_content=flatbuffer, num_threads=num_threads)
@@ -264,6 +281,7 @@ class OnnxRunner(Runner):
         shape = self.session.get_inputs()[0].shape
         self.image_size = (int(shape[1]), int(shape[2]))
         self.class_names = meta["class_names"].split("\n") if "class_names" in meta else None
+        self.transform = Transform.of(json.loads(meta[TRANSFORM_FILE]) if TRANSFORM_FILE in meta else None)
 
     def predict(self, images, batch_size=64):
         return _in_batches(

@@ -7,11 +7,12 @@ description, normalisation and class names, with no TensorFlow.
 import functools
 import importlib.util
 import io
+import json
 import os
 import struct
 import zipfile
 
-from keras_vit.storage.export_folder import LABELS_FILE
+from keras_vit.storage.export_folder import LABELS_FILE, TRANSFORM_FILE
 
 METADATA_NAME = "TFLITE_METADATA"  # the model buffer that holds the ModelMetadata flatbuffer
 
@@ -75,7 +76,19 @@ def _read_metadata(flatbuffer):
         "mean": [float(m) for m in mean],
         "std": [float(s) for s in std],
         "labels": read_labels(flatbuffer),
+        "transform": read_transform(flatbuffer),
     }
+
+
+def read_transform(flatbuffer):
+    """The evaluation transform packed in a `.tflite` (a dict), or None in one exported before."""
+    try:
+        with zipfile.ZipFile(io.BytesIO(flatbuffer)) as archive:
+            return json.loads(archive.read(TRANSFORM_FILE))
+    except KeyError:
+        return None
+    except (zipfile.BadZipFile, ValueError):
+        raise ValueError(f"This .tflite's {TRANSFORM_FILE} cannot be read; export it again.") from None
 
 
 def read_labels(flatbuffer):

@@ -7,6 +7,8 @@ Keras, so `keras-vit models` answers at once.
 
 import dataclasses
 
+from keras_vit.data.transform import DEFAULT as DEFAULT_TRANSFORM
+from keras_vit.data.transform import Transform
 from keras_vit.model.checks import check_positive_int, check_rate
 
 
@@ -39,6 +41,10 @@ class Architecture:
     class_token: bool = True
     register_tokens: int = 0
     norm_before_pooling: bool = False
+    # How images are brought to image_size at evaluation (keras_vit.data.transform).
+    crop_pct: float = DEFAULT_TRANSFORM.crop_pct
+    crop_mode: str = DEFAULT_TRANSFORM.crop_mode
+    interpolation: str = DEFAULT_TRANSFORM.interpolation
 
     def __post_init__(self):
         self._normalise()
@@ -58,6 +64,7 @@ class Architecture:
             put("layer_scale", float(self.layer_scale))
         for name in ("cls_position_embedding", "distillation_token", "class_token", "norm_before_pooling"):
             put(name, bool(getattr(self, name)))
+        put("crop_pct", Transform.of(self).crop_pct)  # checked, as a float
 
     def _check(self):
         for name in ("patch_size", "depth", "channels", "num_classes"):

@@ -13,6 +13,7 @@ import dataclasses
 import difflib
 import re
 
+from keras_vit.data.transform import FIELDS as TRANSFORM_FIELDS
 from keras_vit.model.configs import MODEL_CONFIGS, get_model_config
 
 # timm's `model_args` that keras-vit builds, as ViT arguments (`global_pool` is read apart).
@@ -37,13 +38,18 @@ _EMBED_CLASS = "no_embed_class"  # position embeddings on the patches only
 # transformers' default names for classes it was given none for.
 _DEFAULT_LABEL = re.compile(r"LABEL_\d+")
 _TRANSFORMERS_TYPES = ("vit", "deit")
+# timm's evaluation transform where a `pretrained_cfg` says nothing (`timm.data.resolve_data_config`).
+_TIMM_TRANSFORM_DEFAULTS = {"crop_pct": 0.875, "crop_mode": "center", "interpolation": "bicubic"}
+# Pillow's resampling filters by number, as transformers' image processors record them.
+_PIL_RESAMPLE = {0: "nearest", 1: "lanczos", 2: "bilinear", 3: "bicubic", 4: "box", 5: "hamming"}
 
 
 @dataclasses.dataclass(frozen=True)
 class HubModel:
-    """What a repo's config says: `arguments` (a ViT's architecture, without its classes and
-    normalisation), `num_classes` (0: no classifier), `class_names` (or None), `image_mean` and
-    `image_std`, and `name` (timm's architecture, or the transformers model type)."""
+    """What a repo's config says: `arguments` (a ViT's architecture and evaluation transform,
+    without its classes and normalisation), `num_classes` (0: no classifier), `class_names` (or
+    None), `image_mean` and `image_std`, and `name` (timm's architecture, or the transformers model
+    type)."""
 
     name: str
     arguments: dict
@@ -84,6 +90,7 @@ def _from_timm(config, source):
     arguments.update(_timm_model_arguments(config.get("model_args", {}), arguments, source))
     if "input_size" in pretrained:
         arguments["image_size"] = list(pretrained["input_size"][1:])
+    arguments.update({key: pretrained.get(key) or value for key, value in _TIMM_TRANSFORM_DEFAULTS.items()})
     num_classes = int(config.get("num_classes", pretrained.get("num_classes", 1000)))
     labels = config.get("label_descriptions") or config.get("label_names") or pretrained.get("label_names")
     if isinstance(labels, dict):  # {index: name}, as timm allows
@@ -149,11 +156,28 @@ def _from_transformers(config, source, preprocessor):
             channels=config.get("num_channels", 3),
             layer_norm_epsilon=config.get("layer_norm_eps", 1e-12),
             distillation_token=distilled,
+            **_transformers_transform(preprocessor),
         ),
         num_classes=len(names) if classifies else 0,
         class_names=None if not names or all(_DEFAULT_LABEL.fullmatch(n) for n in names) else names,
         image_mean=list(preprocessor.get("image_mean", (0.5, 0.5, 0.5))),
         image_std=list(preprocessor.get("image_std", (0.5, 0.5, 0.5))),
+    )
+
+
+def _transformers_transform(preprocessor):
+    """The evaluation transform of a transformers image processor: a resize to `size` (each side,
+    or the shortest edge), then a centre crop to `crop_size` when `do_center_crop`."""
+    size = preprocessor.get("size") or {}
+    mode, scale = (
+        ("center", size["shortest_edge"]) if "shortest_edge" in size else ("squash", size.get("height"))
+    )
+    crop = preprocessor.get("crop_size") if preprocessor.get("do_center_crop") else None
+    resample = preprocessor.get("resample", 2)
+    return dict(
+        crop_pct=crop["height"] / scale if crop and scale else 1.0,
+        crop_mode=mode,
+        interpolation=_PIL_RESAMPLE.get(resample, f"Pillow filter {resample}"),
     )
 
 
@@ -186,9 +210,8 @@ def timm_config(model, architecture):
     pretrained = {
         "input_size": [config["channels"], height, width],
         "fixed_input_size": True,
-        "interpolation": "bicubic",
-        "crop_pct": 1.0,
-        "crop_mode": "center",
+        # The evaluation transform the model is read with (keras_vit.data.transform), timm's names.
+        **{key: config[key] for key in TRANSFORM_FIELDS},
         # timm feeds (x / 255 - mean) / std: a model that normalises nothing takes x as it is.
         "mean": config["image_mean"] or [0.0] * config["channels"],
         "std": config["image_std"] or [1 / 255] * config["channels"],

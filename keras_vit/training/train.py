@@ -24,6 +24,7 @@ import keras
 
 from keras_vit.data import pipeline
 from keras_vit.data.contract import InputContract
+from keras_vit.data.transform import Transform
 from keras_vit.files import write_json
 from keras_vit.model.vit import create_model
 from keras_vit.storage import plots
@@ -122,6 +123,7 @@ def _read_data(config):
         validation_split=config.validation_split,
         seed=config.seed,
         repeats=config.repeated_augmentation,
+        transform=_transform(config),
     )
 
 
@@ -309,12 +311,19 @@ def _teacher_cost(teacher, run_data, config):
     return cost
 
 
+def _transform(config):
+    """How the run's validation images are read, and its model keeps: a pretrained start's own
+    transform (`--weights NAME` puts it in the overrides), else a plain resize."""
+    return Transform.of(config.overrides)
+
+
 def _preprocessing(config):
     """The run's input contract, recorded in `preprocessing.json`: a resume must keep it."""
     contract = InputContract(
         (config.image_size, config.image_size),
         image_mean=list(config.image_mean),
         image_std=list(config.image_std),
+        transform=_transform(config),
     )
     return contract.description()
 

@@ -21,6 +21,7 @@ from conftest import NATIVE_LOG_LINE  # noqa: E402
 from keras_vit.apps.mobile import browser, server  # noqa: E402
 from keras_vit.apps.mobile.build import build_app, describe_model  # noqa: E402
 from keras_vit.data.contract import InputContract  # noqa: E402
+from keras_vit.data.transform import Transform  # noqa: E402
 from keras_vit.inference.predict import read_image  # noqa: E402
 from keras_vit.inference.runtimes import TFLiteRunner  # noqa: E402
 from keras_vit.storage.export_folder import INTEGER_VARIANTS  # noqa: E402
@@ -346,8 +347,14 @@ def test_everything_is_served_locally(page, app_folder):
     assert "cdn" not in text.lower() and "https://" not in text
 
 
-def test_the_page_resize_is_the_input_contracts(tmp_path):
-    """preprocess.js alone, in node: its resize is the contract's rule, by name and by pixels."""
+@pytest.mark.parametrize(
+    "transform",
+    [Transform(), Transform(0.9, "center", "bicubic"), Transform(0.875, "squash", "bicubic")],
+    ids=["plain", "timm-vit", "squash-crop"],
+)
+def test_the_page_resize_is_the_input_contracts(tmp_path, transform):
+    """preprocess.js alone, in node: its resize is the contract's rule, by name and to the bit,
+    for every evaluation transform model.json can carry."""
     if shutil.which("node") is None:
         pytest.skip("node is not installed")
     from keras_vit.apps.mobile.build import WEB
@@ -362,15 +369,16 @@ def test_the_page_resize_is_the_input_contracts(tmp_path):
             f"import {{RESIZE, resizeRgba}} from '{(WEB / 'preprocess.js').as_uri()}';\n"
             "import fs from 'fs';\n"
             f"const rgba = new Uint8Array(fs.readFileSync('{tmp_path / 'in.bin'}'));\n"
-            f"const out = resizeRgba(rgba, {width}, {height}, {out_width}, {out_height});\n"
+            f"const transform = {json.dumps(transform.config())};\n"
+            f"const out = resizeRgba(rgba, {width}, {height}, {out_width}, {out_height}, transform);\n"
             f"fs.writeFileSync('{tmp_path / 'out.bin'}', Buffer.from(out.buffer));\n"
             "console.log(RESIZE);\n"
         )
         ported = subprocess.run(["node", str(script)], check=True, capture_output=True, text=True)
         assert ported.stdout.strip() == RESIZE
         page_resized = np.fromfile(tmp_path / "out.bin", np.float32).reshape(out_height, out_width, 3)
-        expected = InputContract((out_height, out_width)).resize(rgba[..., :3])
-        assert np.abs(page_resized - expected).max() < 5e-3
+        expected = InputContract((out_height, out_width), transform=transform).resize(rgba[..., :3])
+        np.testing.assert_array_equal(page_resized, expected)
 
 
 def test_describe_model_refuses_what_the_app_cannot_run(tmp_path, export_folder):

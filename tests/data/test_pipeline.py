@@ -4,6 +4,8 @@ import tensorflow as tf
 from conftest import encoded_in_every_format
 
 from keras_vit.data import pipeline
+from keras_vit.data.contract import InputContract
+from keras_vit.data.transform import Transform
 
 
 def _sorted_by_class(classes=4, per_class=300):
@@ -159,11 +161,13 @@ def test_evaluating_a_tflite_reads_a_folders_pixels_as_tf_data_does():
 
     names, encoded = zip(*encoded_in_every_format(), strict=True)
     split = Split(images=encoded, labels=tuple(range(len(encoded))), names=names)
-    by_numpy = np.concatenate(list(_image_batches(split, (12, 20), 3, tensorflow=False)))
-    by_tf_data = np.concatenate(list(_image_batches(split, (12, 20), 3, tensorflow=True)))
-    assert by_numpy.shape == by_tf_data.shape == (len(names), 12, 20, 3)
-    for name, numpy_pixels, tf_pixels in zip(names, by_numpy, by_tf_data, strict=True):
-        np.testing.assert_allclose(numpy_pixels, tf_pixels, atol=1e-3, err_msg=name)
+    for transform in (Transform(), Transform(0.9, "center", "bicubic")):  # keras-vit's own, timm's ViT
+        contract = InputContract((12, 20), transform=transform)
+        by_numpy = np.concatenate(list(_image_batches(split, contract, 3, tensorflow=False)))
+        by_tf_data = np.concatenate(list(_image_batches(split, contract, 3, tensorflow=True)))
+        assert by_numpy.shape == by_tf_data.shape == (len(names), 12, 20, 3)
+        for name, numpy_pixels, tf_pixels in zip(names, by_numpy, by_tf_data, strict=True):
+            np.testing.assert_array_equal(numpy_pixels, tf_pixels, err_msg=f"{name}, {transform}")
 
 
 def test_evaluating_a_tflite_on_a_zip_names_the_member_that_does_not_decode():
@@ -172,4 +176,4 @@ def test_evaluating_a_tflite_on_a_zip_names_the_member_that_does_not_decode():
 
     split = Split(images=(b"not an image",), labels=(0,), names=("cats/zz_fake.jpg",))
     with pytest.raises(ValueError, match=r"^cats/zz_fake.jpg: The image is not an image format"):
-        list(_image_batches(split, (8, 8), 4, tensorflow=False))
+        list(_image_batches(split, InputContract((8, 8)), 4, tensorflow=False))

@@ -160,7 +160,7 @@ async function run(values) {
 
 async function classifyPixels({rgba, width, height}) {
   const [modelHeight, modelWidth] = app.info.imageSize;
-  const pixels = resizeRgba(rgba, width, height, modelWidth, modelHeight);
+  const pixels = resizeRgba(rgba, width, height, modelWidth, modelHeight, app.info.transform);
   const start = performance.now();
   const probabilities = toProbabilities(await run(toModelInput(pixels, app.info)), app.info);
   const milliseconds = performance.now() - start;

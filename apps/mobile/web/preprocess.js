@@ -1,32 +1,74 @@
-// Pixels -> the model's input, as keras-vit computes it in Python: the whole image resized
-// to the model's size by the model's input contract (keras_vit.data.contract: TensorFlow's
-// antialiased bilinear filter), then the normalisation from the model's metadata. Matching
-// Python here keeps the phone's answers equal to LiteRT's in Python for the same picture.
-// No browser APIs: node can test it.
+// Pixels -> the model's input, as keras-vit computes it in Python: the image brought to the
+// model's size by the model's evaluation transform (keras_vit.data.transform: timm's resize and
+// centre crop, with Pillow's filters and fixed-point weights, each pass stored in 8 bits), then the normalisation from the model's metadata. Matching Python here keeps the
+// phone's answers equal to LiteRT's in Python for the same picture. No browser APIs: node can
+// test it.
 
 // The contract's resize rule this file ports, as model.json names it: the page refuses a
 // model.json that names another (tests hold the two names equal).
-export const RESIZE = 'bilinear, antialiased';
+export const RESIZE = 'antialiased resize, then centre crop';
 
-// TensorFlow's ScaleAndTranslate spans for the triangle kernel (radius 1), half-pixel
-// centres; when shrinking, the kernel widens by the scale so every source pixel counts.
-export function resizeSpans(inputSize, outputSize) {
-  const inverseScale = inputSize / outputSize;
-  const kernelScale = Math.max(inverseScale, 1);
+// The filters by the transform's interpolation: [kernel, radius], in Pillow's operation order
+// (keras_vit.data.images.KERNELS). Keys' cubic with a = -0.5 is Pillow's bicubic.
+const KERNELS = {
+  bilinear: [(x) => (Math.abs(x) < 1 ? 1 - Math.abs(x) : 0), 1],
+  bicubic: [bicubic, 2],
+};
+
+function bicubic(x) {
+  x = Math.abs(x);
+  if (x < 1) return ((-0.5 + 2) * x - (-0.5 + 3)) * x * x + 1;
+  if (x < 2) return (((x - 5) * x + 8) * x - 4) * -0.5;
+  return 0;
+}
+
+// Pillow's fixed point: weights in units of 2**-22, sums rounded half up (keras_vit.data.images).
+const PRECISION = 2 ** 22;
+
+// Where an image of height x width goes (keras_vit.data.transform.Transform.plan): the size it
+// is resized to and the corner of the model's crop in it, in timm's integer arithmetic.
+export function plan(height, width, outHeight, outWidth, transform) {
+  const {crop_pct: cropPct, crop_mode: cropMode} = transform;
+  const scaleH = Math.floor(outHeight / cropPct);
+  const scaleW = Math.floor(outWidth / cropPct);
+  let resized;
+  if (cropMode === 'squash') {
+    resized = [scaleH, scaleW];
+  } else if (scaleH === scaleW) {
+    resized = width <= height ? [Math.trunc((scaleH * height) / width), scaleW] : [scaleH, Math.trunc((scaleW * width) / height)];
+  } else {
+    const ratio = Math.min(height / scaleH, width / scaleW);
+    resized = [roundHalfToEven(height / ratio), roundHalfToEven(width / ratio)];
+  }
+  return {resized, top: roundHalfToEven((resized[0] - outHeight) / 2), left: roundHalfToEven((resized[1] - outWidth) / 2)};
+}
+
+// Pillow's resize weights (keras_vit.data.images.filter_weights): half-pixel centres; when
+// shrinking, the kernel widens by the scale so every source pixel counts; each output's weights
+// normalised in order, then fixed-point (whole numbers). Only outputs start .. start + count are
+// kept (the crop).
+export function resizeSpans(inputSize, outputSize, interpolation = 'bilinear', start = 0, count = outputSize) {
+  const [kernel, radius] = KERNELS[interpolation];
+  const scale = inputSize / outputSize;
+  const kernelScale = Math.max(scale, 1);
+  const inverseWidth = 1 / kernelScale;
   const spans = [];
-  for (let x = 0; x < outputSize; x++) {
-    const sample = (x + 0.5) * inverseScale;
-    const start = clamp(Math.ceil(sample - kernelScale - 0.5), 0, inputSize - 1);
-    const end = clamp(Math.floor(sample + kernelScale - 0.5), 0, inputSize - 1) + 1;
-    const weights = new Float64Array(end - start);
+  for (let x = start; x < start + count; x++) {
+    const centre = (x + 0.5) * scale;
+    const first = clamp(Math.floor(centre - radius * kernelScale), 0, inputSize - 1);
+    const last = clamp(Math.ceil(centre + radius * kernelScale), 0, inputSize - 1);
+    const weights = new Float64Array(last - first + 1);
     let total = 0;
-    for (let source = start; source < end; source++) {
-      const weight = Math.max(0, 1 - Math.abs((source + 0.5 - sample) / kernelScale));
-      weights[source - start] = weight;
+    for (let source = first; source <= last; source++) {
+      const weight = kernel((source - centre + 0.5) * inverseWidth);
+      weights[source - first] = weight;
       total += weight;
     }
-    if (total > 0) for (let i = 0; i < weights.length; i++) weights[i] /= total;
-    spans.push({start, weights});
+    for (let i = 0; i < weights.length; i++) {
+      const weight = total !== 0 ? weights[i] / total : weights[i];
+      weights[i] = Math.trunc(weight * PRECISION + (weight < 0 ? -0.5 : 0.5));
+    }
+    spans.push({start: first, weights});
   }
   return spans;
 }
@@ -35,30 +77,38 @@ function clamp(value, low, high) {
   return Math.min(Math.max(value, low), high);
 }
 
-// NumPy's rounding (ties to even), as the Python runtime quantises.
+// NumPy's rounding (ties to even), as the Python runtime quantises and timm's crop rounds.
 function roundHalfToEven(value) {
   const rounded = Math.round(value);
   return Math.abs(value % 1) === 0.5 && rounded % 2 !== 0 ? rounded - 1 : rounded;
 }
 
+// A pass's sum of pixels times fixed-point weights as Pillow stores it: rounded half up, clipped
+// to [0, 255]. Whole numbers below 2**53 add up exactly in any order, as in Python.
+function to8Bits(sum) {
+  return clamp(Math.floor((sum + PRECISION / 2) / PRECISION), 0, 255);
+}
+
+const PLAIN_RESIZE = {crop_pct: 1, crop_mode: 'squash', interpolation: 'bilinear'};
+
 // RGBA bytes (canvas ImageData order) of a width x height image -> float RGB values in
-// [0, 255] at outWidth x outHeight, row-major (height, width, 3). Same size: no filtering.
-export function resizeRgba(rgba, width, height, outWidth, outHeight) {
-  const out = new Float32Array(outWidth * outHeight * 3);
-  if (width === outWidth && height === outHeight) {
-    for (let i = 0, j = 0; i < out.length; i += 3, j += 4) {
-      out[i] = rgba[j];
-      out[i + 1] = rgba[j + 1];
-      out[i + 2] = rgba[j + 2];
-    }
-    return out;
-  }
+// [0, 255] at outWidth x outHeight by the model's transform, row-major (height, width, 3):
+// the width first, then the height; a side that keeps its size is not filtered.
+export function resizeRgba(rgba, width, height, outWidth, outHeight, transform = PLAIN_RESIZE) {
+  const {resized, top, left} = plan(height, width, outHeight, outWidth, transform);
   // Columns first (height x outWidth x 3), then rows.
-  const columns = resizeSpans(width, outWidth);
-  const rows = resizeSpans(height, outHeight);
   const wide = new Float64Array(height * outWidth * 3);
+  const columns = resized[1] === width ? null : resizeSpans(width, resized[1], transform.interpolation, left, outWidth);
   for (let y = 0; y < height; y++) {
     for (let x = 0; x < outWidth; x++) {
+      const i = (y * outWidth + x) * 3;
+      if (columns === null) {
+        const j = (y * width + left + x) * 4;
+        wide[i] = rgba[j];
+        wide[i + 1] = rgba[j + 1];
+        wide[i + 2] = rgba[j + 2];
+        continue;
+      }
       const {start, weights} = columns[x];
       let r = 0, g = 0, b = 0;
       for (let k = 0; k < weights.length; k++) {
@@ -67,15 +117,24 @@ export function resizeRgba(rgba, width, height, outWidth, outHeight) {
         g += weights[k] * rgba[j + 1];
         b += weights[k] * rgba[j + 2];
       }
-      const i = (y * outWidth + x) * 3;
-      wide[i] = r;
-      wide[i + 1] = g;
-      wide[i + 2] = b;
+      wide[i] = to8Bits(r);
+      wide[i + 1] = to8Bits(g);
+      wide[i + 2] = to8Bits(b);
     }
   }
+  const out = new Float32Array(outWidth * outHeight * 3);
+  const rows = resized[0] === height ? null : resizeSpans(height, resized[0], transform.interpolation, top, outHeight);
   for (let y = 0; y < outHeight; y++) {
-    const {start, weights} = rows[y];
     for (let x = 0; x < outWidth; x++) {
+      const i = (y * outWidth + x) * 3;
+      if (rows === null) {
+        const j = ((top + y) * outWidth + x) * 3;
+        out[i] = wide[j];
+        out[i + 1] = wide[j + 1];
+        out[i + 2] = wide[j + 2];
+        continue;
+      }
+      const {start, weights} = rows[y];
       let r = 0, g = 0, b = 0;
       for (let k = 0; k < weights.length; k++) {
         const j = ((start + k) * outWidth + x) * 3;
@@ -83,10 +142,9 @@ export function resizeRgba(rgba, width, height, outWidth, outHeight) {
         g += weights[k] * wide[j + 1];
         b += weights[k] * wide[j + 2];
       }
-      const i = (y * outWidth + x) * 3;
-      out[i] = r;
-      out[i + 1] = g;
-      out[i + 2] = b;
+      out[i] = to8Bits(r);
+      out[i + 1] = to8Bits(g);
+      out[i + 2] = to8Bits(b);
     }
   }
   return out;
