@@ -37,7 +37,11 @@ def test_the_plan_is_the_same_in_tensor_ops_for_any_photo_size():
     """The served SavedModel learns a photo's size only when it reads it."""
     rng = np.random.default_rng(0)
     sizes = [(224, 224), (1, 1), (1, 500), (3000, 7)] + [tuple(rng.integers(1, 1200, 2)) for _ in range(40)]
-    for transform in (Transform(0.9, "center", "bicubic"), Transform(0.875, "squash"), Transform(0.8, "center")):
+    for transform in (
+        Transform(0.9, "center", "bicubic"),
+        Transform(0.875, "squash"),
+        Transform(0.8, "center"),
+    ):
         for image_size in ((224, 224), (24, 40)):
             for size in sizes:
                 resized, corner = pipeline.plan(tf.constant(size), image_size, transform)
