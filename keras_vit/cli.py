@@ -137,7 +137,15 @@ def _evaluate(args):
         print(json.dumps({k: v for k, v in result.items() if k != "confusion"}, indent=2))
         return 0
     print(f"{result['dataset']} [{result['split']}], {result['count']} images")
-    print(f"top-1 accuracy {result['top1']:.4f}   top-5 accuracy {result['top5']:.4f}")
+    if "model_top1" in result:  # data of some of the model's classes: scored both ways
+        print(
+            f"top-1 accuracy {result['model_top1']:.4f}   top-5 accuracy {result['model_top5']:.4f}   "
+            f"among the model's {result['model_classes']} classes"
+        )
+        among = f"   among the dataset's {len(result['class_names'])} classes"
+    else:
+        among = ""
+    print(f"top-1 accuracy {result['top1']:.4f}   top-5 accuracy {result['top5']:.4f}{among}")
     for name, accuracy in result["per_class"].items():
         print(f"  {name:<24} {accuracy:.4f}")
     print(f"Wrote evaluation.json and confusion.png to {args.output or folder}")
@@ -158,9 +166,9 @@ def _predict(args):
     from keras_vit.inference.runtimes import open_model
 
     paths = []
-    for given in args.images:  # a folder stands for the images directly in it, as in the desktop app
+    for given in args.images:  # a folder stands for the images in it and its subfolders (class folders)
         try:
-            paths += image_files(given) if os.path.isdir(given) else [given]
+            paths += image_files(given, recursive=True) if os.path.isdir(given) else [given]
         except ValueError:  # one with none is reported in its turn, as a bad file is
             paths.append(given)
     failed = False
@@ -374,7 +382,9 @@ def _add_predict_arguments(predict):
         "pretrained name (`keras-vit models --pretrained`)",
     )
     predict.add_argument(
-        "images", nargs="+", help="image files (JPEG, PNG, GIF, BMP, WebP, TIFF) or folders of them"
+        "images",
+        nargs="+",
+        help="image files (JPEG, PNG, GIF, BMP, WebP, TIFF), or folders of them or of class folders",
     )
     predict.add_argument("--top-k", type=_at_least(1), default=TOP_K)
     predict.add_argument("--json", action="store_true", help="print JSON: each image's path and top-k")

@@ -46,6 +46,7 @@ from keras_vit.storage.export_folder import INTEGER_VARIANTS  # noqa: E402
 # (--no-loadscope-reorder): a slow file left for last would run alone at the end.
 SLOWEST_FILES = (
     "test_reliability.py",
+    "test_real_checkpoint.py",
     "test_train.py",
     "test_distribute.py",
     "test_jax_backend.py",
@@ -374,3 +375,46 @@ def hub_cache(tmp_path, monkeypatch):
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
     monkeypatch.setenv("HF_HUB_CACHE", str(cache))
     return cache
+
+
+# Real material beside the checkout (never committed): timm's real ViT-Ti/16 in its hub layout,
+# and ImageNet validation photos of ten classes (Imagenette), in folders named by WordNet id.
+SHARED = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "..", "shared")
+REAL_VIT_TI = "timm/vit_tiny_patch16_224.augreg_in21k_ft_in1k"
+REAL_PHOTOS = os.path.join(SHARED, "datasets", "imagenette2_224_val.zip")
+
+
+def _shared(path):
+    """A path in ../shared, or a skip (a failure under CI, where ../shared is always there)."""
+    if not os.path.exists(path):
+        if os.environ.get("CI"):
+            pytest.fail(f"{path} is missing: CI runs with ../shared beside the checkout")
+        pytest.skip(f"{path} is missing (../shared beside the checkout)")
+    return path
+
+
+def serve_real_vit_ti():
+    """The stand-in hub serves the real checkpoint under its real repo id, so timm's names
+    (`vit_tiny_patch16_224`, `...augreg_in21k_ft_in1k`) resolve to it, as on the real hub."""
+    source = _shared(os.path.join(SHARED, "pretrained", *REAL_VIT_TI.split("/")))
+    folder = HUB.repo_folder(REAL_VIT_TI)
+    shutil.rmtree(folder, ignore_errors=True)
+    os.makedirs(folder)
+    for name in os.listdir(source):
+        os.symlink(os.path.abspath(os.path.join(source, name)), os.path.join(folder, name))
+    return os.path.abspath(source)
+
+
+def real_photos(folder, classes, per_class):
+    """The first `per_class` photos (by name) of each WordNet id in `classes`, from the real
+    ImageNet validation photos, written to `folder/<wnid>/`."""
+    import zipfile
+
+    with zipfile.ZipFile(_shared(REAL_PHOTOS)) as archive:
+        names = sorted(n for n in archive.namelist() if n.lower().endswith(".jpeg"))
+        for wnid in classes:
+            os.makedirs(os.path.join(folder, wnid))
+            for name in [n for n in names if f"/{wnid}/" in n][:per_class]:
+                with open(os.path.join(folder, wnid, os.path.basename(name)), "wb") as f:
+                    f.write(archive.read(name))
+    return folder

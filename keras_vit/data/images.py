@@ -152,8 +152,9 @@ def _to_rgb(image):
     return image.convert("RGB")  # L, 1, CMYK, YCbCr, LAB, HSV, RGB
 
 
-def image_files(folder):
-    """The image files directly in `folder`, sorted by name.
+def image_files(folder, recursive=False):
+    """The image files in `folder`, sorted by name; with `recursive`, those in its subfolders too
+    (a dataset's class folders), each folder's images before its subfolders', in name order.
 
     Raises:
         FileNotFoundError: no such folder.
@@ -164,11 +165,15 @@ def image_files(folder):
         raise FileNotFoundError(f"Folder not found: {folder}")
     if not os.path.isdir(folder):
         raise ValueError(f"{folder} is a file, not a folder.")
-    files = sorted(
-        os.path.join(folder, name)
-        for name in os.listdir(folder)
-        if name.lower().endswith(IMAGE_EXTENSIONS) and os.path.isfile(os.path.join(folder, name))
-    )
+    files = []
+    for parent, folders, names in os.walk(folder):
+        folders.sort()  # os.walk descends in this order
+        files += sorted(
+            os.path.join(parent, name) for name in names if name.lower().endswith(IMAGE_EXTENSIONS)
+        )
+        if not recursive:
+            break
     if not files:
-        raise ValueError(f"{folder} holds no images ({', '.join(IMAGE_EXTENSIONS)}).")
+        where = " or its subfolders" if recursive else ""
+        raise ValueError(f"{folder}{where} holds no images ({', '.join(IMAGE_EXTENSIONS)}).")
     return files

@@ -30,11 +30,13 @@ def evaluate(model, dataset=datasets.DATASET, split=None, batch_size=100):
     same validation images as training did.
 
     A dataset of some of the model's classes (Imagenette for an ImageNet classifier) is scored
-    on its classes alone: the model chooses among them.
+    on its classes alone, the model choosing among them, and also among all the model's classes
+    (`model_top1`, `model_top5`: the figure timm's `validate.py` gives on ImageNet data).
 
     Returns:
         A dict with `top1`, `top5`, `per_class` accuracy, the `confusion`
-        matrix (rows: true class, columns: predicted), `count`, `split` and `model_classes`.
+        matrix (rows: true class, columns: predicted), `count`, `split` and `model_classes`;
+        `model_top1` and `model_top5` when the dataset has only some of the model's classes.
     """
     runner = model if isinstance(model, Runner) else KerasRunner(model)
     spec = dataset if isinstance(dataset, DatasetSpec) else DatasetSpec(os.fspath(dataset))
@@ -43,9 +45,11 @@ def evaluate(model, dataset=datasets.DATASET, split=None, batch_size=100):
     columns = _model_columns(runner.class_names, class_names)
     batches = _image_batches(folder[split], InputContract.of(runner), batch_size, runner.uses_tensorflow)
     scores = np.concatenate([runner.predict(batch) for batch in batches])
-    if columns is not None:
-        scores = scores[:, columns]
     labels = np.asarray(folder[split].labels)
+    among_all = {}
+    if columns is not None:
+        among_all = _accuracies(scores, np.asarray(columns)[labels], prefix="model_")
+        scores = scores[:, columns]
     ranked = np.argsort(-scores, axis=1)
     top1 = ranked[:, 0] == labels
     top5 = (ranked[:, : min(5, len(class_names))] == labels[:, None]).any(axis=1)
@@ -65,21 +69,40 @@ def evaluate(model, dataset=datasets.DATASET, split=None, batch_size=100):
         "confusion": confusion.tolist(),
         # Of how many classes the model chose: the dataset's alone when they are a part of the model's.
         "model_classes": len(class_names) if columns is None else len(runner.class_names),
+        **among_all,
     }
 
 
+def _accuracies(scores, labels, prefix=""):
+    """Top-1 and top-5 accuracy of `scores` (n, classes) against `labels`."""
+    ranked = np.argsort(-scores, axis=1)[:, :5]
+    return {
+        f"{prefix}top1": float((ranked[:, 0] == labels).mean()),
+        f"{prefix}top5": float((ranked == labels[:, None]).any(axis=1).mean()),
+    }
+
+
+def model_columns(model_classes, class_names):
+    """The model's output for each of a dataset's classes, in the dataset's order, each found by
+    its name, or by its WordNet id for an ImageNet classifier (the folder names of ImageNet data);
+    None when one of them is none of the model's."""
+    names = list(model_classes or ())
+    column = {name: i for i, name in enumerate(names)}
+    column.update((wnid, i) for i, wnid in enumerate(pretrained.wordnet_ids(names) or ()))
+    found = [column.get(name) for name in class_names]
+    return None if None in found else found
+
+
 def _model_columns(model_classes, class_names):
-    """The model's output for each of the dataset's classes, in the dataset's order; None when
-    they are the model's own. Data of some of the model's classes (Imagenette for an ImageNet
-    classifier) is scored on those classes alone, each found by its name, or by its WordNet id
-    for an ImageNet classifier (the folder names of ImageNet data)."""
+    """`model_columns`, or a ValueError naming the classes the model lacks; None when they are
+    the model's own. Data of some of the model's classes (Imagenette for an ImageNet
+    classifier) is scored on those classes alone."""
     if model_classes is None or list(model_classes) == class_names:
         return None
     names = list(model_classes)
-    column = {name: i for i, name in enumerate(names)}
-    column.update((wnid, i) for i, wnid in enumerate(pretrained.wordnet_ids(names) or ()))
-    missing = [name for name in class_names if name not in column]
-    if missing:
+    columns = model_columns(names, class_names)
+    if columns is None:
+        missing = [name for name in class_names if model_columns(names, [name]) is None]
         shown = ", ".join(missing[:3]) + (", ..." if len(missing) > 3 else "")
         raise ValueError(
             f"{len(missing)} of the dataset's {len(class_names)} classes ({shown}) are none of the "
@@ -87,7 +110,7 @@ def _model_columns(model_classes, class_names):
             f"on images of the model's classes, in folders named as its classes (or by WordNet id, "
             f"for an ImageNet model)."
         )
-    return [column[name] for name in class_names]
+    return columns
 
 
 def _image_batches(split, contract, batch_size, tensorflow):

@@ -54,10 +54,11 @@ def load_weights(model, path):
     return model
 
 
-def load_state(model, state, source):
+def load_state(model, state, source, heads_left_out=None):
     """Assigns a timm-style state dict (`read_checkpoint`, `state_dict`) to a `keras_vit.ViT`, as
-    `load_weights` does; `source` names it in messages. Returns the model."""
-    _assign(model, _patch_encoder(model), state, source=source)
+    `load_weights` does; `source` names it in messages, and `heads_left_out` the heads the caller
+    took out of `state` for being trained on other classes (`{"head": outputs}`). Returns the model."""
+    _assign(model, _patch_encoder(model), state, source=source, heads_left_out=heads_left_out or {})
     return model
 
 
@@ -362,13 +363,13 @@ def _safetensors_bytes(state):
     return len(text).to_bytes(8, "little") + text + body
 
 
-def _assign(model, encoder, state, source):
+def _assign(model, encoder, state, source, heads_left_out=None):
     """Assigns `state` to `model`, all or nothing: the checkpoint's keys matched to the model's
     variables, each converted to Keras' layout and checked before any is assigned."""
     state = dict(state)
     final_norm = "fc_norm" if "fc_norm.weight" in state and "norm.weight" not in state else "norm"
     targets = _targets(model, encoder, final_norm)
-    state, fitting = _optional_layers_that_fit(model, encoder, state, source)
+    state, fitting = _optional_layers_that_fit(model, encoder, state, source, heads_left_out or {})
     targets += fitting
     _check_keys(state, targets, source)
     values = []
@@ -391,10 +392,10 @@ def _assign(model, encoder, state, source):
         variable.assign(value.astype(variable.dtype))
 
 
-def _optional_layers_that_fit(model, encoder, state, source):
+def _optional_layers_that_fit(model, encoder, state, source, heads_left_out):
     """(state without what the model has no place for, the optional layers' targets): the
     pre-logits layer and the heads load when the checkpoint has one that fits, and stay freshly
-    initialised, with a warning, otherwise."""
+    initialised, with a warning that says what the checkpoint has, otherwise."""
     if model.representation_size is None and any(k.startswith("pre_logits.") for k in state):
         logger.warning("%s: ignoring the checkpoint's pre-logits layer; the model has none.", source)
         state = {k: v for k, v in state.items() if not k.startswith("pre_logits.")}
@@ -406,9 +407,12 @@ def _optional_layers_that_fit(model, encoder, state, source):
         if weight is not None and weight.shape[0] == layer.kernel.shape[1]:
             targets += _linear(layer, prefix)
             continue
-        found = "none" if weight is None else f"{weight.shape[0]} outputs"
+        if prefix in heads_left_out:
+            found = f"the checkpoint's has {heads_left_out[prefix]}, trained on other classes"
+        else:
+            found = "the checkpoint has none" if weight is None else f"the checkpoint's has {weight.shape[0]}"
         logger.warning(
-            "%s: %s layer re-initialised: the model has %d outputs, the checkpoint %s.",
+            "%s: %s layer re-initialised: the model has %d outputs; %s.",
             source,
             prefix,
             layer.kernel.shape[1],

@@ -1,7 +1,6 @@
 """The weights a training run starts from: a pretrained checkpoint, or a model keras-vit trained
 before (a `.keras` file or run folder: fine-tune one run's model on another dataset)."""
 
-import logging
 import os
 
 from keras_vit.model import pretrained, weights
@@ -9,8 +8,6 @@ from keras_vit.model.formats import CHECKPOINT_SUFFIXES
 from keras_vit.storage.locate import locate
 from keras_vit.storage.run_folder import MODEL_FILE
 from keras_vit.storage.saving import load_trained_model
-
-logger = logging.getLogger(__name__)
 
 
 def load_weights(model, path):
@@ -28,11 +25,13 @@ def load_weights(model, path):
             key and both shapes.
     """
     if _is_pretrained_name(path):
-        return weights.load_state(model, _pretrained_state(path, model), source=os.fspath(path))
-    if not _is_trained_model(path):
+        state = _pretrained_state(path, model)
+    elif not _is_trained_model(path):
         return weights.load_weights(model, path)
-    state = _trained_state(path, class_names=getattr(model, "class_names", None))
-    return weights.load_state(model, state, source=os.fspath(path))
+    else:
+        state = _trained_state(path, class_names=getattr(model, "class_names", None))
+    state, heads_left_out = _without_heads_of_other_classes(*state)
+    return weights.load_state(model, state, source=os.fspath(path), heads_left_out=heads_left_out)
 
 
 def check_source(path):
@@ -69,16 +68,23 @@ def _is_pretrained_name(path):
 
 
 def _pretrained_state(name, model):
-    """A pretrained model's weights as a state dict, without its head unless the run's classes
-    are the ones it was trained on (a head of the same size would mean nothing)."""
+    """(a pretrained model's weights as a state dict, whether its head is for other classes than
+    the run's: a head of the same size would mean nothing)."""
     source = pretrained.resolve(name)
     state = weights.read_checkpoint(source.weights())
     found = pretrained.read_hub_model(source)
     class_names = found.class_names or pretrained.class_names_for(found.num_classes)
-    if list(class_names or []) != list(getattr(model, "class_names", None) or []):
-        logger.info("%s was trained on other classes: its head is not loaded.", name)
-        state = {k: v for k, v in state.items() if not k.startswith(("head.", "head_dist."))}
-    return state
+    return state, list(class_names or []) != list(getattr(model, "class_names", None) or [])
+
+
+def _without_heads_of_other_classes(state, other_classes):
+    """(`state` without its heads when they are for other classes, `{head: outputs}` of those left
+    out, for the message that says so)."""
+    if not other_classes:
+        return state, {}
+    heads = ("head", "head_dist")
+    left_out = {head: state[f"{head}.weight"].shape[0] for head in heads if f"{head}.weight" in state}
+    return {k: v for k, v in state.items() if not k.startswith(tuple(f"{h}." for h in heads))}, left_out
 
 
 def _is_trained_model(path):
@@ -90,15 +96,12 @@ def _is_trained_model(path):
 
 
 def _trained_state(path, class_names):
-    """A keras-vit `.keras` file or run folder as a state dict; without its head(s) when it was
-    trained on other classes than `class_names` (a head of the same size would mean nothing)."""
+    """(a keras-vit `.keras` file or run folder as a state dict, whether it was trained on other
+    classes than `class_names`)."""
     source = load_trained_model(path)
     try:
         state = weights.state_dict(source)
     except TypeError:
         raise ValueError(f"{path} is a Keras model but not a keras_vit.ViT: no weights to use.") from None
     source_classes = getattr(source, "class_names", None)
-    if class_names and source_classes and list(source_classes) != list(class_names):
-        logger.info("%s was trained on other classes: its head is not loaded.", path)
-        state = {k: v for k, v in state.items() if not k.startswith(("head.", "head_dist."))}
-    return state
+    return state, bool(class_names and source_classes and list(source_classes) != list(class_names))

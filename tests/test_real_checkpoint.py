@@ -1,0 +1,149 @@
+"""The real pretrained ViT-Ti/16 (timm's `vit_tiny_patch16_224.augreg_in21k_ft_in1k`, served by the
+stand-in hub under its real repo id) on real ImageNet photos, through the command line: predict,
+evaluate, fine-tune and export. Few photos and steps: the full figures are benchmarks'."""
+
+import json
+import os
+import shutil
+
+import numpy as np
+import pytest
+import timm
+import timm.data
+import torch
+from conftest import real_photos, serve_real_vit_ti
+from PIL import Image
+
+from keras_vit.cli import main
+from keras_vit.data.contract import InputContract
+from keras_vit.inference.runtimes import KerasRunner, SavedModelRunner, TFLiteRunner
+from keras_vit.model import pretrained
+from keras_vit.storage.saving import load_trained_model
+
+NAME = "vit_tiny_patch16_224"  # timm's default tag: augreg_in21k_ft_in1k
+TENCH, CHURCH, PARACHUTE = "n01440764", "n03028079", "n03888257"
+
+
+@pytest.fixture(scope="module")
+def real_vit_ti(tmp_path_factory):
+    """The checkpoint's folder; huggingface_hub downloads it from the stand-in into a cache of the
+    module's own."""
+    from huggingface_hub import constants
+
+    source = serve_real_vit_ti()
+    with pytest.MonkeyPatch.context() as patch:
+        cache = str(tmp_path_factory.mktemp("hub-cache"))
+        patch.setattr(constants, "HF_HUB_CACHE", cache)
+        patch.setenv("HF_HUB_CACHE", cache)
+        yield source
+
+
+@pytest.fixture(scope="module")
+def photos(tmp_path_factory):
+    """Four photos of each of three classes, in folders named by WordNet id."""
+    return real_photos(str(tmp_path_factory.mktemp("photos")), (TENCH, CHURCH, PARACHUTE), per_class=4)
+
+
+def _imagenet_class(wnid):
+    return pretrained.label_set("imagenet-1k")[
+        pretrained.wordnet_ids(pretrained.label_set("imagenet-1k")).index(wnid)
+    ]
+
+
+def _timm_top1(source, paths):
+    """timm's own answers: its model and its evaluation transform (`resolve_data_config`)."""
+    model = timm.create_model(f"local-dir:{source}", pretrained=True).eval()
+    transform = timm.data.create_transform(**timm.data.resolve_data_config({}, model=model))
+    with torch.no_grad():
+        batch = torch.stack([transform(Image.open(path).convert("RGB")) for path in paths])
+        return model(batch).argmax(1).numpy()
+
+
+def _paths(photos):
+    return [
+        os.path.join(photos, wnid, name)
+        for wnid in sorted(os.listdir(photos))
+        for name in sorted(os.listdir(os.path.join(photos, wnid)))
+    ]
+
+
+def test_predict_names_real_photos_and_walks_folders_of_class_folders(real_vit_ti, photos, capsys):
+    assert main(["predict", NAME, photos, "--json"]) == 0
+    results = json.loads(capsys.readouterr().out)
+    assert [r["path"] for r in results] == _paths(photos)  # class folders, in name order
+    answers = {os.path.basename(r["path"]): r["top_k"][0]["class"] for r in results}
+    expected = np.asarray(pretrained.label_set("imagenet-1k"))[_timm_top1(real_vit_ti, _paths(photos))]
+    assert list(answers.values()) == list(expected)  # timm's answers, photo for photo
+    # A photo of each class named as its class, most of them: the real weights, not random ones.
+    for wnid in (TENCH, CHURCH, PARACHUTE):
+        named = [answers[name] == _imagenet_class(wnid) for name in os.listdir(os.path.join(photos, wnid))]
+        assert sum(named) >= 2, (wnid, answers)
+
+
+def test_evaluate_gives_timms_1000_way_accuracy_and_the_folders_own(real_vit_ti, photos, tmp_path, capsys):
+    shutil.copytree(photos, tmp_path / "imagenette" / "val")  # a validation split: every photo
+    assert main(["evaluate", NAME, "--dataset", str(tmp_path / "imagenette"), "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    paths = _paths(photos)
+    imagenet = pretrained.wordnet_ids(pretrained.label_set("imagenet-1k"))
+    timms = [
+        imagenet[c] == os.path.basename(os.path.dirname(p))
+        for c, p in zip(_timm_top1(real_vit_ti, paths), paths, strict=True)
+    ]
+    assert result["count"] == 12 and result["model_classes"] == 1000
+    assert result["model_top1"] == np.mean(timms)  # timm's pipeline's accuracy on these photos
+    assert result["top1"] >= result["model_top1"]  # choosing among the folder's 3 classes, not 1000
+
+
+def test_fine_tuned_real_vit_keeps_its_transform_and_exports_verified(
+    real_vit_ti, photos, tmp_path, caplog, capsys
+):
+    run = tmp_path / "run"
+    argv = [
+        "train", "--dataset", photos, "--weights", NAME, "--output", str(run), "--epochs", "1",
+        "--batch-size", "4", "--validation-split", "0.25", "--no-jit-compile",
+    ]  # fmt: skip
+    assert main(argv) == 0
+    head = "head layer re-initialised: the model has 3 outputs; the checkpoint's has 1000, trained on other"
+    assert f"{head} classes" in caplog.text
+    model = load_trained_model(run)
+    assert (model.crop_pct, model.crop_mode, model.interpolation) == (0.9, "center", "bicubic")
+    recorded = json.loads((run / "preprocessing.json").read_text())
+    assert recorded["crop_pct"] == 0.9 and "shorter side to 248" in recorded["resize"]
+
+    argv = ["export", str(run), "--output", str(tmp_path / "exports"), "--format", "saved_model,tflite"]
+    capsys.readouterr()
+    assert main([*argv, "--quantize", "none", "--verify-images", "6", "--json"]) == 0
+    manifest = json.loads(capsys.readouterr().out)
+    report = manifest["verification"]
+    assert report["passed"] and report["count"] == 3  # the run's held-out photos
+    assert report["keras_accuracy"] is not None
+    tflite = TFLiteRunner(os.path.join(manifest["folder"], "model_fp32.tflite"))
+    assert (tflite.transform.crop_pct, tflite.transform.interpolation) == (0.9, "bicubic")
+    # The served graph reads the photos' bytes with the same transform as Keras.
+    served = SavedModelRunner(str(next((tmp_path / "exports").glob("*/1"))))
+    assert served.transform == tflite.transform
+    paths = _paths(photos)
+    keras_answers = KerasRunner(model).predict(np.stack([InputContract.of(model).read(p) for p in paths]))
+    by_bytes = served.predict_bytes([open(p, "rb").read() for p in paths])["probabilities"]
+    np.testing.assert_allclose(by_bytes, keras_answers, atol=1e-5)
+
+
+def test_exporting_the_name_verifies_it_on_imagenet_photos_among_its_1000_classes(
+    real_vit_ti, photos, tmp_path, capsys
+):
+    shutil.copytree(photos, tmp_path / "imagenette" / "val")
+    argv = ["export", NAME, "--dataset", str(tmp_path / "imagenette"), "--output", str(tmp_path / "out")]
+    assert main([*argv, "--format", "tflite", "--quantize", "none", "--verify-images", "12", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)["verification"]
+    assert report["passed"] and report["count"] == 12 and report["model_classes"] == 1000
+    paths = _paths(photos)
+    imagenet = pretrained.wordnet_ids(pretrained.label_set("imagenet-1k"))
+    timm_top1 = _timm_top1(real_vit_ti, paths)
+    timms = np.mean(
+        [imagenet[c] == os.path.basename(os.path.dirname(p)) for c, p in zip(timm_top1, paths, strict=True)]
+    )
+    assert report["keras_accuracy"] == timms
+    assert report["results"]["tflite_fp32"]["accuracy"] == timms
+    table = next((tmp_path / "out").rglob("verification.md")).read_text()
+    assert f"Keras accuracy {timms:.2%} among the model's 1000 classes." in table
