@@ -14,6 +14,7 @@ import torch
 from conftest import real_photos, serve_real_vit_ti
 from PIL import Image
 
+import keras_vit
 from keras_vit.cli import main
 from keras_vit.data.contract import InputContract
 from keras_vit.inference.runtimes import KerasRunner, SavedModelRunner, TFLiteRunner
@@ -127,6 +128,14 @@ def test_fine_tuned_real_vit_keeps_its_transform_and_exports_verified(
     keras_answers = KerasRunner(model).predict(np.stack([InputContract.of(model).read(p) for p in paths]))
     by_bytes = served.predict_bytes([open(p, "rb").read() for p in paths])["probabilities"]
     np.testing.assert_allclose(by_bytes, keras_answers, atol=1e-5)
+    # Published for timm, with the transform it is read with: timm's pipeline, timm's logits.
+    folder = keras_vit.save_pretrained(model, tmp_path / "published")
+    by_timm = timm.create_model(f"local-dir:{folder}", pretrained=True).eval()
+    transform = timm.data.create_transform(**timm.data.resolve_data_config({}, model=by_timm))
+    with torch.no_grad():
+        logits = by_timm(torch.stack([transform(Image.open(p).convert("RGB")) for p in paths])).numpy()
+    pixels = np.stack([InputContract.of(model).read(p) for p in paths])
+    assert np.abs(logits - np.asarray(model(pixels))).max() < 1e-4
 
 
 def test_exporting_the_name_verifies_it_on_imagenet_photos_among_its_1000_classes(

@@ -14,6 +14,7 @@ import difflib
 import re
 
 from keras_vit.data.transform import FIELDS as TRANSFORM_FIELDS
+from keras_vit.model.architecture import Architecture
 from keras_vit.model.configs import MODEL_CONFIGS, get_model_config
 
 # timm's `model_args` that keras-vit builds, as ViT arguments (`global_pool` is read apart).
@@ -35,6 +36,12 @@ _TIMM_ARGUMENTS = {
 }
 _POOLING = {"token": "token", "avg": "gap"}
 _EMBED_CLASS = "no_embed_class"  # position embeddings on the patches only
+_FC_NORM = "fc_norm"  # the final LayerNorm after a "gap" pooling (True) or on every token before it
+# A ViT's arguments timm's `model_args` write as they are (the rest: `_timm_model_args`).
+_AS_IS = ("patch_size", "hidden_dim", "depth", "num_heads", "class_token", "register_tokens", "layer_scale")
+_AS_TIMM = {ours: timm for timm, ours in _TIMM_ARGUMENTS.items() if ours in _AS_IS}
+# What a ViT has that timm's VisionTransformer cannot be given in `model_args`.
+_NOT_IN_TIMM = ("representation_size", "distillation_token")
 # transformers' default names for classes it was given none for.
 _DEFAULT_LABEL = re.compile(r"LABEL_\d+")
 _TRANSFORMERS_TYPES = ("vit", "deit")
@@ -107,7 +114,7 @@ def _from_timm(config, source):
 
 def _timm_model_arguments(model_args, defaults, source):
     """timm's `model_args` as ViT arguments over the architecture's `defaults`."""
-    unknown = sorted(set(model_args) - set(_TIMM_ARGUMENTS) - {"global_pool", _EMBED_CLASS})
+    unknown = sorted(set(model_args) - set(_TIMM_ARGUMENTS) - {"global_pool", _EMBED_CLASS, _FC_NORM})
     if unknown:
         raise ValueError(
             f"{source} builds its model with timm arguments keras-vit does not have ({', '.join(unknown)})."
@@ -123,6 +130,8 @@ def _timm_model_arguments(model_args, defaults, source):
         if pool not in _POOLING:
             raise ValueError(f"{source} pools with {pool!r}; keras-vit pools with 'token' or 'avg'.")
         arguments["pooling"] = _POOLING[pool]
+    if model_args.get(_FC_NORM) is not None and arguments.get("pooling", defaults.get("pooling")) == "gap":
+        arguments["norm_before_pooling"] = not model_args[_FC_NORM]
     return arguments
 
 
@@ -181,24 +190,71 @@ def _transformers_transform(preprocessor):
     )
 
 
-def nearest_architecture(arguments):
-    """The named architecture that shares the most of `arguments` (a transformers repo's, which
-    names none), preferring, among equals, the one at the same image size: training builds a
-    named architecture and overrides where the repo differs."""
+def _timm_model_args(config, named, architecture):
+    """timm's `model_args` for where `config` (a ViT's) differs from the `named` architecture's
+    (all its arguments). timm's LayerNorm epsilon is 1e-6 whatever a model's (a transformers
+    repo's is 1e-12): a difference far below what logits are compared to."""
+    differ = {key for key, value in named.items() if key in config and config[key] != value}
+    cannot = sorted(differ & set(_NOT_IN_TIMM))
+    if cannot:
+        raise ValueError(
+            f"timm cannot build this model: its {', '.join(cannot)} differ from {architecture}'s, and "
+            f"timm's VisionTransformer takes no argument for them."
+        )
+    model_args = {_AS_TIMM[key]: config[key] for key in sorted(differ) if key in _AS_TIMM}
+    if {"mlp_dim", "hidden_dim"} & differ:
+        ratio = config["mlp_dim"] / config["hidden_dim"]
+        if int(config["hidden_dim"] * ratio) != config["mlp_dim"]:
+            raise ValueError(
+                f"timm cannot build an MLP of {config['mlp_dim']} on a width of {config['hidden_dim']}."
+            )
+        model_args["mlp_ratio"] = ratio
+    if "cls_position_embedding" in differ:
+        model_args[_EMBED_CLASS] = not config["cls_position_embedding"]
+    if config["pooling"] == "gap" and config["norm_before_pooling"] != named.get(
+        "norm_before_pooling", False
+    ):
+        model_args[_FC_NORM] = not config["norm_before_pooling"]
+    return model_args
+
+
+def timm_architecture(config, architectures):
+    """The architecture of `architectures` (names timm has) a ViT's `config` is published as:
+    its own name when it is one, else the nearest one with the same distillation token (which
+    timm's model_args cannot add or remove)."""
+    if config.get("name") in architectures:
+        return config["name"]
+    same_kind = [
+        name
+        for name in architectures
+        if get_model_config(name).get("distillation_token", False) == config.get("distillation_token", False)
+    ]
+    return nearest_architecture(config, same_kind)
+
+
+def nearest_architecture(arguments, names=None):
+    """The named architecture (of `names`, by default all) that shares the most of `arguments` (a
+    transformers repo's, which names none), preferring, among equals, the one at the nearest image
+    size: training builds a named architecture and overrides where the repo differs."""
     size = arguments.get("image_size")
     size = size if isinstance(size, int) else (size or [None])[0]
 
     def shared(name):
         config = get_model_config(name)
         same = sum(config.get(key) == value for key, value in arguments.items() if key != "image_size")
-        return same, config["image_size"] == size, name
+        return same, -abs(config["image_size"] - size) if size else 0, name
 
-    return max(MODEL_CONFIGS, key=shared)
+    return max(names or MODEL_CONFIGS, key=shared)
 
 
 def timm_config(model, architecture):
-    """timm's `config.json` for a keras-vit ViT built as `architecture` (a name timm has):
-    what `timm.create_model("local-dir:...", pretrained=True)` reads."""
+    """timm's `config.json` for a keras-vit ViT as `architecture` (a name timm has) with
+    `model_args` for what differs from it, as timm's `save_for_hf` records them: what
+    `timm.create_model("local-dir:...", pretrained=True)` builds.
+
+    Raises:
+        ValueError: the model has what timm's ViT cannot be given (named).
+    """
     config = model.get_config()
     height, width = config["image_size"]
     model_args = {
@@ -206,6 +262,7 @@ def timm_config(model, architecture):
         "in_chans": config["channels"],
         "num_classes": config["num_classes"] if config["include_top"] else 0,
         "global_pool": {value: key for key, value in _POOLING.items()}[config["pooling"]],
+        **_timm_model_args(config, Architecture(**get_model_config(architecture)).config(), architecture),
     }
     pretrained = {
         "input_size": [config["channels"], height, width],

@@ -23,7 +23,6 @@ import re
 
 from keras_vit.files import read_json
 from keras_vit.model import hub, hub_config
-from keras_vit.model.configs import get_model_config
 
 TABLES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tables")
 TABLE_FILE = "pretrained.json"
@@ -206,36 +205,25 @@ def save_pretrained(model, folder, architecture=None):
     `keras_vit.create_model("local-dir:folder", pretrained=True)` both load. Upload the folder
     with `huggingface_hub.HfApi().upload_folder`.
 
-    `architecture`: the timm architecture it is built as; by default the model's own name when
-    it is one (as `create_model` names its models).
+    `architecture`: the timm architecture to publish it as, with `model_args` for whatever the
+    model has otherwise (as timm's `save_for_hf` records them); by default the model's own name
+    when timm has it (as `create_model` names its models), else the nearest one timm has.
+
+    Raises:
+        ValueError: an architecture timm lacks, or a model timm's ViT cannot be (named).
     """
     from keras_vit.files import write_json
     from keras_vit.model.weights import save_state_dict
 
-    architecture = architecture or model.name
-    _check_built_as(model, architecture)
-    os.makedirs(folder, exist_ok=True)
-    save_state_dict(model, os.path.join(folder, hub.WEIGHTS_FILES[0]))
-    write_json(os.path.join(folder, hub.CONFIG_FILE), hub_config.timm_config(model, architecture))
-    return folder
-
-
-def _check_built_as(model, architecture):
-    """A ValueError unless `model` is `architecture` (at any image size, channels and classes)."""
-    if architecture not in _table()["architectures"]:
+    architectures = _table()["architectures"]
+    architecture = architecture or hub_config.timm_architecture(model.get_config(), architectures)
+    if architecture not in architectures:
         raise ValueError(
-            f"save_pretrained(architecture=...) takes the timm architecture the model is built as; "
+            f"save_pretrained(architecture=...) takes a timm architecture to publish the model as; "
             f"{architecture!r} is not one keras-vit and timm share (`keras-vit models --pretrained`)."
         )
-    expected = get_model_config(architecture)
-    config = model.get_config()
-    differ = sorted(
-        key
-        for key, value in expected.items()
-        if key not in ("image_size", "name") and config.get(key) != value
-    )
-    if differ:
-        raise ValueError(
-            f"The model is not a {architecture}: its {', '.join(differ)} differ. Pass the architecture "
-            f"it is built as (architecture=...)."
-        )
+    config = hub_config.timm_config(model, architecture)  # refuses what timm cannot build
+    os.makedirs(folder, exist_ok=True)
+    save_state_dict(model, os.path.join(folder, hub.WEIGHTS_FILES[0]))
+    write_json(os.path.join(folder, hub.CONFIG_FILE), config)
+    return folder

@@ -324,7 +324,9 @@ def state_dict(model):
     """A `keras_vit.ViT`'s weights as timm's state dict: C-contiguous float32 NumPy arrays in
     PyTorch's layouts (`save_state_dict` writes it as a `.safetensors` file timm loads)."""
     encoder = _patch_encoder(model)
-    targets = _targets(model, encoder)
+    # timm names the LayerNorm after a "gap" pooling fc_norm.
+    after_pooling = model.pooling == "gap" and not model.norm_before_pooling
+    targets = _targets(model, encoder, final_norm="fc_norm" if after_pooling else "norm")
     for prefix, layer in _optional_layers(model, encoder):
         targets += _linear(layer, prefix)
     state = {}

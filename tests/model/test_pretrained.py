@@ -20,6 +20,8 @@ from keras_vit.model import pretrained
 # timm's ViT-Ti/16 made tiny: what a timm repo's config.json records as model_args.
 TINY_TIMM = dict(img_size=32, patch_size=4, embed_dim=32, depth=2, num_heads=4, mlp_ratio=2.0)
 LABELLED = {"label_names": list("abcde")}
+# A gap-pooled ViT made tiny (timm's fc_norm: the LayerNorm after the pooling when not before).
+GAP_TINY = dict(hidden_dim=32, depth=1, num_heads=2, mlp_dim=64, image_size=32, num_classes=2)
 
 
 def _timm_repo(repo, model, **options):
@@ -97,6 +99,12 @@ def test_a_transformers_repo_gives_transformers_logits_labels_and_normalisation(
     difference = np.abs(np.asarray(model(pixels)) - expected).max()
     record_parity("transformers hub repo (hf-hub:), tiny ViT logits", difference, 1e-4)
     assert difference < 1e-4
+    # Its image processor resizes to 224x224, bilinear, with no crop: read the same way.
+    assert (model.crop_pct, model.crop_mode, model.interpolation) == (1.0, "squash", "bilinear")
+    # Published for timm: the nearest timm architecture, with model_args for the rest.
+    folder = keras_vit.save_pretrained(model, HUB.repo_folder("tests/republished"))
+    by_timm = timm.create_model(f"local-dir:{folder}", pretrained=True)
+    assert np.abs(_timm_logits(by_timm, pixels) - expected).max() < 1e-4
 
 
 def test_a_transformers_deit_with_its_distillation_head_gives_its_logits(hub_cache, record_parity):
@@ -170,11 +178,11 @@ def test_save_pretrained_writes_what_timm_and_keras_vit_load_with_the_same_logit
         "vit_tiny_patch16_224", image_size=32, num_classes=3, class_names=["a", "b", "c"],
         image_mean=[0.5] * 3, image_std=[0.5] * 3,
     )  # fmt: skip
-    with pytest.raises(ValueError, match="is not a vit_tiny_patch16_224: its depth differ"):
-        keras_vit.save_pretrained(keras_vit.create_model("vit_tiny_patch16_224", depth=2), tmp_path / "x")
     folder = keras_vit.save_pretrained(model, tmp_path / "published")
     assert sorted(os.listdir(folder)) == ["config.json", "model.safetensors"]
-    assert json.loads((tmp_path / "published" / "config.json").read_text())["label_names"] == ["a", "b", "c"]
+    config = json.loads((tmp_path / "published" / "config.json").read_text())
+    assert config["label_names"] == ["a", "b", "c"] and config["architecture"] == "vit_tiny_patch16_224"
+    assert config["pretrained_cfg"]["interpolation"] == "bilinear"  # the transform keras-vit applies
     pixels = _pixels(4)
     expected = np.asarray(model(pixels))
     by_timm = timm.create_model(f"local-dir:{folder}", pretrained=True)
@@ -182,6 +190,36 @@ def test_save_pretrained_writes_what_timm_and_keras_vit_load_with_the_same_logit
     again = keras_vit.create_model(f"local-dir:{folder}", pretrained=True)
     assert again.class_names == ["a", "b", "c"]
     assert np.abs(np.asarray(again(pixels)) - expected).max() < 1e-5
+
+
+@pytest.mark.parametrize(
+    "name, overrides, nearest",
+    [
+        ("vit_nano_patch4_32", dict(num_classes=10), "vit_tiny_patch16_224"),  # the quickstart's model
+        ("vit_tiny_patch16_224", dict(depth=2, image_size=32, num_classes=3), "vit_tiny_patch16_224"),
+        ("vit_base_patch16_gap_224", dict(GAP_TINY, norm_before_pooling=False), "vit_base_patch16_gap_224"),
+    ],
+)  # fmt: skip
+def test_any_vit_publishes_as_the_nearest_timm_architecture_with_model_args(
+    name, overrides, nearest, tmp_path, hub_cache
+):
+    """As timm's `save_for_hf`: the arguments that differ from the architecture go in `model_args`,
+    which `timm.create_model("local-dir:...")` applies."""
+    model = keras_vit.create_model(name, image_mean=[0.5] * 3, image_std=[0.5] * 3, **overrides)
+    folder = keras_vit.save_pretrained(model, tmp_path / "published")
+    assert json.loads((tmp_path / "published" / "config.json").read_text())["architecture"] == nearest
+    pixels = _pixels(7, size=model.image_size[0])
+    by_timm = timm.create_model(f"local-dir:{folder}", pretrained=True)
+    assert np.abs(_timm_logits(by_timm, pixels) - np.asarray(model(pixels))).max() < 1e-4
+
+
+def test_save_pretrained_refuses_in_one_line_only_what_timm_cannot_build(tmp_path):
+    model = keras_vit.create_model("vit_tiny_patch16_224", image_size=32, depth=1, representation_size=16)
+    with pytest.raises(ValueError, match="timm cannot build this model: its representation_size differ"):
+        keras_vit.save_pretrained(model, tmp_path / "x")
+    with pytest.raises(ValueError, match="'vit_nano_patch4_32' is not one keras-vit and timm share"):
+        keras_vit.save_pretrained(model, tmp_path / "x", architecture="vit_nano_patch4_32")
+    assert not os.path.exists(tmp_path / "x")
 
 
 def test_predict_prints_the_classes_of_a_pretrained_name(imagenet_vit_ti, hub_cache, tmp_path, capsys):
