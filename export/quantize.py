@@ -47,11 +47,14 @@ class Rule:
     """Ops whose output tensor name matches `pattern` and whose type is `op` (`"*"`: any type
     the quantizer supports) get `activation_bits`-bit activations, or stay in float (`None`).
     `DYNAMIC` (0): int8 weights, and activations quantised to int8 at run time, token by token,
-    with float in and out (dynamic-range quantisation: XNNPACK's int8 kernels on CPUs)."""
+    with float in and out (dynamic-range quantisation: XNNPACK's int8 kernels on CPUs).
+    `algorithm`: how the weights are quantised (an ai-edge-quantizer algorithm key): min/max per
+    channel, or `ROTATED`."""
 
     pattern: str
     op: str
     activation_bits: int | None
+    algorithm: str = "min_max_uniform_quantize"
 
 
 # The model's float32 input (pixels) and output (probabilities) stay as they are: the input is
@@ -59,6 +62,13 @@ class Rule:
 FLOAT_IO = (Rule(".*", "INPUT", None), Rule(".*", "OUTPUT", None))
 
 DYNAMIC = 0
+
+# ai-edge-quantizer's Hadamard rotation in builtin ops: the layer's input is multiplied by a
+# block-diagonal orthonormal Hadamard matrix (a float FULLY_CONNECTED, blocks of up to 256
+# channels) and its kernel by the same matrix offline, which leaves the product unchanged but
+# spreads an outlier channel over every channel of its block before the int8 rounding of the
+# weights and of each token's activations.
+ROTATED = "DECOMPOSED_HADAMARD_ROTATION"
 
 LAYER_NORM = r"/norm\d?(_\d+)?/"
 
@@ -110,22 +120,21 @@ def with_bits(rules, bits):
 # 16 bits too, the 224-px model agrees with fp32 on 86.0% of its images; in float, on 99.5%.
 BASE_16 = (*INT16, *with_bits(GROUPS["LayerNorm statistics"], None))
 
-# Float activations everywhere (XNNPACK runs float and int8 ops in one graph; 16-bit ones fall
-# back to TFLite's reference kernels, 5 to 20 times slower): the base `int8` adds int8 ops to.
-INT8_BASE = FLOAT_IO
-
-# What `keras-vit export --quantize` ships, chosen from the sensitivity table of a real
-# checkpoint (docs/benchmarks/int8.md: timm's ViT-Ti/16, augreg in21k -> in1k, on ImageNet
-# photos). From its block 7 on, one channel of the residual stream reaches -585 where the others
-# stay within +-40, and static int8 activations cost agreement in every op group alone: the
-# least in the QKV and output projections and the head (98.5% together), the most in the MLP
-# projections (87% and 61%) and the patch projection (90%). So `int8` is those three in int8 on
-# a float base, all of it on XNNPACK's fast path; `int16x8` the 16-bit base. `dynamic` is
-# dynamic-range int8 per channel in every projection (activations quantised token by token at
-# run time), which costs 0.8 points there (the TFLite converter's own: 1.0).
+# What `keras-vit export --quantize` ships, chosen on a real checkpoint (docs/benchmarks/int8.md:
+# timm's ViT-Ti/16, augreg in21k -> in1k, 394 ImageNet photos). From its block 7 on, one channel
+# of the residual stream reaches -585 where the others stay within +-40, and LayerNorm passes it
+# on to the projections' inputs. Static int8 activations cost a point of agreement or more
+# wherever they go (added to the recipe below, in the head alone: 98.5%; in blocks 0-6's QKV and
+# output projections: 95.7%), and dynamic-range int8 with min/max weights agrees on 98.0%.
+# Rotating each projection's input and kernel first (`ROTATED`) gives 99.5%, with the patch
+# projection in float (rotated projections and a dynamic-range patch projection: 98.5%).
+# `dynamic` takes float32 pixels, `int8` the integer variants' input (uint8 pixels by default);
+# both compute every FULLY_CONNECTED projection int8 by int8 (XNNPACK's dynamic-range kernels).
+# `int16x8` is the 16-bit base.
+ROTATED_DYNAMIC = (Rule(".*", "FULLY_CONNECTED", DYNAMIC, ROTATED), *FLOAT_IO)
 RECIPES = {
-    "dynamic": (Rule(".*", "FULLY_CONNECTED", DYNAMIC), Rule(".*", "CONV_2D", DYNAMIC), *FLOAT_IO),
-    "int8": (*INT8_BASE, *GROUPS["QKV and out projections"], GROUPS["head"][0]),
+    "dynamic": ROTATED_DYNAMIC,
+    "int8": ROTATED_DYNAMIC,
     "int16x8": BASE_16,
 }
 
@@ -166,7 +175,10 @@ def _quantizer(float_model, rules):
             )
         else:
             q.update_quantization_recipe(
-                regex=rule.pattern, operation_name=rule.op, op_config=_op_config(rule.activation_bits)
+                regex=rule.pattern,
+                operation_name=rule.op,
+                op_config=_op_config(rule.activation_bits),
+                algorithm_key=rule.algorithm,
             )
     return q
 

@@ -154,11 +154,14 @@ def check_builtin_ops(flatbuffer):
     from ai_edge_litert import schema_py_generated as schema
 
     model = schema.Model.GetRootAs(flatbuffer, 0)
+    codes = [model.OperatorCodes(i) for i in range(model.OperatorCodesLength())]
+    # A builtin's code may carry a name too (ai-edge-quantizer names the ops it adds): custom
+    # is the CUSTOM code, whatever the name.
     custom = sorted(
         {
-            model.OperatorCodes(i).CustomCode().decode()
-            for i in range(model.OperatorCodesLength())
-            if model.OperatorCodes(i).CustomCode() is not None
+            (code.CustomCode() or b"?").decode()
+            for code in codes
+            if max(code.BuiltinCode(), code.DeprecatedBuiltinCode()) == schema.BuiltinOperator.CUSTOM
         }
     )
     if custom:
@@ -174,6 +177,11 @@ def representative_images(spec, image_size, count=200):
     seed leave out the images its verification holds out."""
     dataset, seed = spec.name, spec.seed
     split = spec.load()["train"]
+    if not len(split):
+        raise ValueError(
+            f"{dataset} has no training images to calibrate the integer variants on (its held-out "
+            f"ones verify them): give a --dataset with a train/ split, or export float variants only."
+        )
     if len(split) < count:
         logger.info(
             "Calibrating the integer variants on the %d training images of %s (%d asked): their ranges come "

@@ -121,7 +121,9 @@ def _projections(flatbuffer):
     return [
         (op, graph)
         for name, op, graph in tflite_graph.ops(flatbuffer)
-        if name == "FULLY_CONNECTED" and PROJECTION.search(graph.Tensors(op.Inputs(1)).Name().decode())
+        if name == "FULLY_CONNECTED"
+        and PROJECTION.search(kernel := graph.Tensors(op.Inputs(1)).Name().decode())
+        and "hadamard" not in kernel
     ]
 
 
