@@ -22,7 +22,6 @@ from keras_vit.apps.mobile import browser, server  # noqa: E402
 from keras_vit.apps.mobile.build import build_app, describe_model  # noqa: E402
 from keras_vit.data.contract import InputContract  # noqa: E402
 from keras_vit.data.transform import Transform  # noqa: E402
-from keras_vit.inference.predict import read_image  # noqa: E402
 from keras_vit.inference.runtimes import TFLiteRunner  # noqa: E402
 from keras_vit.storage.export_folder import INTEGER_VARIANTS  # noqa: E402
 
@@ -89,7 +88,7 @@ def test_images(image_folder, tmp_path_factory):
 def _python_litert(model_path, image_path):
     """LiteRT in Python, with the library's own image reading: (input pixels, probabilities)."""
     runner = TFLiteRunner(model_path)
-    pixels = read_image(image_path, runner.image_size)
+    pixels = InputContract.of(runner).read(image_path)
     return pixels, runner.predict([pixels])[0]
 
 
