@@ -9,6 +9,7 @@ import shutil
 import numpy as np
 import pytest
 import timm
+import timm.data
 import torch
 from conftest import HUB
 from timm.models import save_for_hf
@@ -401,6 +402,13 @@ def test_evaluate_scores_an_imagenet_name_on_some_of_its_classes_in_folders_name
     result = json.loads(capsys.readouterr().out)
     assert result["model_classes"] == 1000 and result["count"] == 4 and list(result["per_class"]) == wnids
     imagenet = pretrained.wordnet_ids(pretrained.label_set("imagenet-1k"))
-    chosen = _timm_logits(imagenet_vit_ti, pixels)[:, [imagenet.index(wnid) for wnid in wnids]].argmax(axis=1)
+    # timm's answers with its own evaluation transform (the checkpoint's: bicubic to 248, crop 224).
+    transform = timm.data.create_transform(**timm.data.resolve_data_config({}, model=imagenet_vit_ti))
+    photos = sorted((tmp_path / "imagenette" / "val").rglob("*.png"))
+    with torch.no_grad():
+        logits = imagenet_vit_ti.eval()(
+            torch.stack([transform(Image.open(p).convert("RGB")) for p in photos])
+        )
+    chosen = logits.numpy()[:, [imagenet.index(wnid) for wnid in wnids]].argmax(axis=1)
     assert result["top1"] == np.mean(chosen == [0, 0, 1, 1]) and result["top5"] == 1.0
     assert (tmp_path / "report" / "evaluation.json").exists()
