@@ -171,16 +171,20 @@ def command_line(argv):
 
 
 def write_report(summary, export_table, command, report_dir):
+    write_report_files(summary, report_markdown(summary, export_table, command), report_dir, "cifar10")
+
+
+def write_report_files(summary, markdown, report_dir, stem):
+    """`<stem>.md`, `<stem>.json` (the summary) and `<stem>.png` (the run's training curves)."""
     from keras_vit.files import write_bytes, write_json
 
     os.makedirs(report_dir, exist_ok=True)
     curve = os.path.join(summary["output"], "training.png")
     if os.path.exists(curve):
         with open(curve, "rb") as f:
-            write_bytes(os.path.join(report_dir, "cifar10.png"), f.read())
-    write_json(os.path.join(report_dir, "cifar10.json"), summary)
-    markdown = report_markdown(summary, export_table, command)
-    write_bytes(os.path.join(report_dir, "cifar10.md"), markdown.encode())
+            write_bytes(os.path.join(report_dir, f"{stem}.png"), f.read())
+    write_json(os.path.join(report_dir, f"{stem}.json"), summary)
+    write_bytes(os.path.join(report_dir, f"{stem}.md"), markdown.encode())
 
 
 def cpu_only_note(summary):

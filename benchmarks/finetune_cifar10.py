@@ -17,7 +17,13 @@ import json
 import os
 import sys
 
-from cifar10_accuracy import DEFAULT_SOURCE, accelerator, export_and_verify, int8_line  # beside this file
+from cifar10_accuracy import (  # beside this file
+    DEFAULT_SOURCE,
+    accelerator,
+    export_and_verify,
+    int8_line,
+    write_report_files,
+)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_WEIGHTS = "local-dir:" + os.path.join(
@@ -144,20 +150,6 @@ Goal: at least {TARGET_TOP1:.0%} top-1 on the {summary["test_images"]:,} officia
 {int8_line(summary)}"""
 
 
-def write_report(summary, export_table, command, report_dir):
-    from keras_vit.files import write_bytes, write_json
-
-    os.makedirs(report_dir, exist_ok=True)
-    curve = os.path.join(summary["output"], "training.png")
-    if os.path.exists(curve):
-        with open(curve, "rb") as f:
-            write_bytes(os.path.join(report_dir, "finetune.png"), f.read())
-    write_json(os.path.join(report_dir, "finetune.json"), summary)
-    write_bytes(
-        os.path.join(report_dir, "finetune.md"), report_markdown(summary, export_table, command).encode()
-    )
-
-
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parse_args(argv)
@@ -165,9 +157,8 @@ def main(argv=None):
         sys.exit(f"finetune_cifar10: {args.source} not found; see shared/datasets/README.md")
     summary = train_and_score(args)
     export_table = export_and_verify(summary, args.verify_images) if args.export else ""
-    write_report(
-        summary, export_table, " ".join(["python", "benchmarks/finetune_cifar10.py", *argv]), args.report_dir
-    )
+    command = " ".join(["python", "benchmarks/finetune_cifar10.py", *argv])
+    write_report_files(summary, report_markdown(summary, export_table, command), args.report_dir, "finetune")
     print(json.dumps(summary))
     return 0
 
