@@ -92,7 +92,7 @@ class InputContract:
         kernel = images.KERNELS[self.transform.interpolation]
 
         def weights(size, new_size, start, length):
-            fixed = images.filter_weights(size, new_size, kernel)[start : start + length]
+            fixed = images.filter_weights(size, new_size, kernel, start, length)
             return ops.convert_to_tensor((fixed / images.PRECISION).astype("float32"))
 
         def to_8_bits(values):

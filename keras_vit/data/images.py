@@ -83,13 +83,11 @@ def resize(pixels, image_size, transform=DEFAULT):
     height, width = int(image_size[0]), int(image_size[1])
     kernel = KERNELS[transform.interpolation]
     if new_width != pixels.shape[1]:
-        columns = filter_weights(pixels.shape[1], new_width, kernel)[left : left + width]
-        pixels = to_8_bits(np.einsum("vw,hwc->hvc", columns, pixels.astype(np.float64)))
+        pixels = _filter_pass(pixels, 1, filter_band(pixels.shape[1], new_width, kernel, left, width))
     else:
         pixels = pixels[:, left : left + width]
     if new_height != pixels.shape[0]:
-        rows = filter_weights(pixels.shape[0], new_height, kernel)[top : top + height]
-        return to_8_bits(np.tensordot(rows, pixels.astype(np.float64), axes=(1, 0)))
+        return _filter_pass(pixels, 0, filter_band(pixels.shape[0], new_height, kernel, top, height))
     return pixels[top : top + height]
 
 
@@ -116,22 +114,47 @@ def _keys_cubic(x):
     return np.where(x < 1.0, near, np.where(x < 2.0, far, 0.0))
 
 
-# The resize filters, by the transform's interpolation (Pillow's BILINEAR and BICUBIC, which
-# TensorFlow's antialiased triangle and keyscubic equal).
-KERNELS = {"bilinear": _triangle, "bicubic": _keys_cubic}
+# The resize filters by the transform's interpolation, with the distance each reaches (Pillow's
+# BILINEAR and BICUBIC, which TensorFlow's antialiased triangle and keyscubic equal).
+KERNELS = {"bilinear": (_triangle, 1.0), "bicubic": (_keys_cubic, 2.0)}
 
 
-def filter_weights(size, new_size, kernel):
-    """`(new_size, size)` fixed-point weights (whole numbers, in float64) of Pillow's resize from
-    `size` to `new_size`: half-pixel centres, the kernel widened by the shrink factor
-    (antialiasing), each row normalised in order, then rounded away from zero to 2**-22."""
+def filter_band(size, new_size, kernel, start=0, length=None):
+    """Pillow's resize from `size` to `new_size` as a band: `(sources, weights)`, each
+    `(length, taps)`, the source index and fixed-point weight (a whole number, in float64) of every
+    tap of outputs `start` to `start + length`: half-pixel centres, the kernel widened by the shrink
+    factor (antialiasing), each output's weights normalised in order, then rounded away from zero
+    to 2**-22. A few taps an output, whatever the photo's size."""
+    function, radius = kernel
+    length = new_size - start if length is None else length
     scale = size / new_size
-    inverse_width = 1.0 / max(scale, 1.0)
-    centres = (np.arange(new_size) + 0.5) * scale
-    weights = kernel((np.arange(size)[None, :] - centres[:, None] + 0.5) * inverse_width)
+    kernel_scale = max(scale, 1.0)
+    centres = (np.arange(start, start + length) + 0.5) * scale
+    first = np.maximum(np.floor(centres - radius * kernel_scale), 0).astype(int)
+    sources = first[:, None] + np.arange(int(np.ceil(2 * radius * kernel_scale)) + 2)
+    weights = np.where(
+        sources < size, function((sources - centres[:, None] + 0.5) * (1.0 / kernel_scale)), 0.0
+    )
     totals = np.cumsum(weights, axis=1)[:, -1:]  # Pillow adds them up in order
     weights = weights / np.where(totals == 0.0, 1.0, totals)
-    return np.trunc(weights * PRECISION + np.where(weights < 0, -0.5, 0.5))
+    weights = np.trunc(weights * PRECISION + np.where(weights < 0, -0.5, 0.5))
+    return np.minimum(sources, size - 1), weights  # the taps past the edge weigh nothing
+
+
+def filter_weights(size, new_size, kernel, start=0, length=None):
+    """`filter_band` as a dense `(length, size)` matrix of fixed-point weights."""
+    sources, weights = filter_band(size, new_size, kernel, start, length)
+    matrix = np.zeros((len(sources), size))
+    np.add.at(matrix, (np.arange(len(sources))[:, None], sources), weights)
+    return matrix
+
+
+def _filter_pass(pixels, axis, band):
+    """One pass of `resize` along `axis` (0: height, 1: width), stored in 8 bits."""
+    sources, weights = band
+    moved = np.ascontiguousarray(np.moveaxis(pixels, axis, 0), dtype=np.float64)
+    sums = sum(weights[:, k, None, None] * moved[sources[:, k]] for k in range(weights.shape[1]))
+    return np.moveaxis(to_8_bits(sums), 0, axis)
 
 
 def _to_rgb(image):
