@@ -4,7 +4,7 @@ keras-vit models take RGB pixels in [0, 255] at their image size; the normalisat
 the model. How a file becomes those pixels is one policy, here: decoded upright (EXIF
 orientation), RGB with transparency on white, the first frame of an animation, JPEGs with the
 accurate DCT, at most `images.MAX_SIDE` on the long side; then brought to the model's size by
-the model's evaluation transform (`keras_vit.data.transform`: timm's resize and centre crop,
+the model's evaluation transform (`keras_vit.model.transform`: timm's resize and centre crop,
 antialiased; a plain bilinear resize for keras-vit's own models).
 
 The contract applies it three ways, one per place a model runs: `read` / `resize` in NumPy
@@ -18,7 +18,7 @@ others on every image type.
 import dataclasses
 
 from keras_vit.data import images
-from keras_vit.data.transform import DEFAULT, Transform
+from keras_vit.model.transform import DEFAULT, Transform
 
 # The rule the phone page ports (preprocess.js), by name: model.json carries it, the page refuses another.
 RESIZE = "antialiased resize, then centre crop"

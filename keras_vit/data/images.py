@@ -12,7 +12,7 @@ import warnings
 
 import numpy as np
 
-from keras_vit.data.transform import DEFAULT
+from keras_vit.model.transform import DEFAULT
 
 # The image files keras-vit reads: datasets for training, `predict`, the apps.
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".gif", ".bmp", ".webp", ".tif", ".tiff")
@@ -71,7 +71,7 @@ def load_image(source, max_side=MAX_SIDE):
 
 def resize(pixels, image_size, transform=DEFAULT):
     """Brings `(height, width, channels)` pixels to `image_size` by `transform` (a
-    `keras_vit.data.transform.Transform`: resize, then centre crop) as float32 in [0, 255], as
+    `keras_vit.model.transform.Transform`: resize, then centre crop) as float32 in [0, 255], as
     `keras_vit.data.pipeline.resize` does in TensorFlow for training and the served model:
     `keras-vit predict` and the apps need no TensorFlow to run a `.tflite` or `.onnx`.
 

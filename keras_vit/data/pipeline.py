@@ -16,7 +16,7 @@ import tensorflow as tf
 
 from keras_vit.data import datasets, images
 from keras_vit.data.datasets import SEED, VALIDATION_SPLIT
-from keras_vit.data.transform import DEFAULT
+from keras_vit.model.transform import DEFAULT
 
 AUTOTUNE = tf.data.AUTOTUNE
 # Decoded training images are cached in memory up to this size (CIFAR-10's 50,000

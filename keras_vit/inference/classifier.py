@@ -12,7 +12,7 @@ import re
 
 import keras
 
-from keras_vit.data.transform import DEFAULT, Transform
+from keras_vit.model.transform import DEFAULT, Transform
 from keras_vit.storage.saving import load_trained_model
 
 
@@ -27,7 +27,7 @@ class Classifier:
         channels: input channels (3 for RGB).
         class_names: the label of each output, in order.
         outputs_probabilities: whether `model` ends in a softmax already.
-        transform: how an image is brought to `image_size` (`keras_vit.data.transform`).
+        transform: how an image is brought to `image_size` (`keras_vit.model.transform`).
     """
 
     model: keras.Model

@@ -5,8 +5,8 @@ import os
 import numpy as np
 
 from keras_vit.data.contract import InputContract
-from keras_vit.data.transform import DEFAULT
 from keras_vit.inference.runtimes import TOP_K, ranked
+from keras_vit.model.transform import DEFAULT
 
 
 def read_image(path, image_size, transform=DEFAULT):

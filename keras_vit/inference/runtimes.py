@@ -15,7 +15,7 @@ import re
 import numpy as np
 
 from keras_vit import framework_logs
-from keras_vit.data.transform import DEFAULT, Transform
+from keras_vit.model.transform import DEFAULT, Transform
 from keras_vit.storage.export_folder import LABELS_FILE, TRANSFORM_FILE
 from keras_vit.storage.locate import locate
 

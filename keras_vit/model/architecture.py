@@ -7,9 +7,9 @@ Keras, so `keras-vit models` answers at once.
 
 import dataclasses
 
-from keras_vit.data.transform import DEFAULT as DEFAULT_TRANSFORM
-from keras_vit.data.transform import Transform
 from keras_vit.model.checks import check_positive_int, check_rate
+from keras_vit.model.transform import DEFAULT as DEFAULT_TRANSFORM
+from keras_vit.model.transform import Transform
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,7 +41,7 @@ class Architecture:
     class_token: bool = True
     register_tokens: int = 0
     norm_before_pooling: bool = False
-    # How images are brought to image_size at evaluation (keras_vit.data.transform).
+    # How images are brought to image_size at evaluation (keras_vit.model.transform).
     crop_pct: float = DEFAULT_TRANSFORM.crop_pct
     crop_mode: str = DEFAULT_TRANSFORM.crop_mode
     interpolation: str = DEFAULT_TRANSFORM.interpolation

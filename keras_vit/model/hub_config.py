@@ -13,9 +13,9 @@ import dataclasses
 import difflib
 import re
 
-from keras_vit.data.transform import FIELDS as TRANSFORM_FIELDS
 from keras_vit.model.architecture import Architecture
 from keras_vit.model.configs import MODEL_CONFIGS, get_model_config
+from keras_vit.model.transform import FIELDS as TRANSFORM_FIELDS
 
 # timm's `model_args` that keras-vit builds, as ViT arguments (`global_pool` is read apart).
 _TIMM_ARGUMENTS = {
@@ -267,7 +267,7 @@ def timm_config(model, architecture):
     pretrained = {
         "input_size": [config["channels"], height, width],
         "fixed_input_size": True,
-        # The evaluation transform the model is read with (keras_vit.data.transform), timm's names.
+        # The evaluation transform the model is read with (keras_vit.model.transform), timm's names.
         **{key: config[key] for key in TRANSFORM_FIELDS},
         # timm feeds (x / 255 - mean) / std: a model that normalises nothing takes x as it is.
         "mean": config["image_mean"] or [0.0] * config["channels"],

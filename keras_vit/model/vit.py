@@ -95,7 +95,7 @@ class ViT(keras.Model):
             prefix token with its own head (`head_dist`); the model returns the mean of
             both heads' logits, as timm does at inference (`distilled_heads` gives each).
         crop_pct, crop_mode, interpolation: how an image is brought to `image_size` to be
-            classified, with timm's names and meanings (`keras_vit.data.transform`): a
+            classified, with timm's names and meanings (`keras_vit.model.transform`): a
             checkpoint keeps the transform it was validated with (timm's ViTs: 0.9, "center",
             "bicubic"). Default: a plain bilinear resize (1.0, "squash", "bilinear"). Every
             reader applies it: predict, evaluate, verification, the exports and the apps.

@@ -24,8 +24,8 @@ import keras
 
 from keras_vit.data import pipeline
 from keras_vit.data.contract import InputContract
-from keras_vit.data.transform import Transform
 from keras_vit.files import write_json
+from keras_vit.model.transform import Transform
 from keras_vit.model.vit import create_model
 from keras_vit.storage import plots
 from keras_vit.storage.run_folder import (

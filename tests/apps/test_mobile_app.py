@@ -21,8 +21,8 @@ from conftest import NATIVE_LOG_LINE  # noqa: E402
 from keras_vit.apps.mobile import browser, server  # noqa: E402
 from keras_vit.apps.mobile.build import build_app, describe_model  # noqa: E402
 from keras_vit.data.contract import InputContract  # noqa: E402
-from keras_vit.data.transform import Transform  # noqa: E402
 from keras_vit.inference.runtimes import TFLiteRunner  # noqa: E402
+from keras_vit.model.transform import Transform  # noqa: E402
 from keras_vit.storage.export_folder import INTEGER_VARIANTS  # noqa: E402
 
 VENV_BIN = os.path.dirname(sys.executable)

@@ -106,7 +106,7 @@ def test_the_numpy_resize_is_pillows_as_timm_reads_images(size, new_size, interp
     the served model) is Pillow's resize to the bit, which timm's evaluation reads photos with:
     the same filters, fixed-point weights and 8-bit passes. (Pillow filters the height first on
     some shrinks, and then differs by a few steps at some pixels: not a case here.)"""
-    from keras_vit.data.transform import Transform
+    from keras_vit.model.transform import Transform
 
     pixels = np.random.default_rng(sum(size)).integers(0, 256, size + (3,), dtype=np.uint8)
     filters = {"bilinear": Image.Resampling.BILINEAR, "bicubic": Image.Resampling.BICUBIC}

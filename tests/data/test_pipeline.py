@@ -5,7 +5,7 @@ from conftest import encoded_in_every_format
 
 from keras_vit.data import pipeline
 from keras_vit.data.contract import InputContract
-from keras_vit.data.transform import Transform
+from keras_vit.model.transform import Transform
 
 
 def _sorted_by_class(classes=4, per_class=300):

@@ -1,5 +1,5 @@
 // Pixels -> the model's input, as keras-vit computes it in Python: the image brought to the
-// model's size by the model's evaluation transform (keras_vit.data.transform: timm's resize and
+// model's size by the model's evaluation transform (keras_vit.model.transform: timm's resize and
 // centre crop, with Pillow's filters and fixed-point weights, each pass stored in 8 bits), then the normalisation from the model's metadata. Matching Python here keeps the
 // phone's answers equal to LiteRT's in Python for the same picture. No browser APIs: node can
 // test it.
@@ -25,7 +25,7 @@ function bicubic(x) {
 // Pillow's fixed point: weights in units of 2**-22, sums rounded half up (keras_vit.data.images).
 const PRECISION = 2 ** 22;
 
-// Where an image of height x width goes (keras_vit.data.transform.Transform.plan): the size it
+// Where an image of height x width goes (keras_vit.model.transform.Transform.plan): the size it
 // is resized to and the corner of the model's crop in it, in timm's integer arithmetic.
 export function plan(height, width, outHeight, outWidth, transform) {
   const {crop_pct: cropPct, crop_mode: cropMode} = transform;

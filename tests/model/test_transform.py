@@ -1,4 +1,4 @@
-"""`keras_vit.data.transform`: timm's evaluation transform, its geometry and its ports."""
+"""`keras_vit.model.transform`: timm's evaluation transform, its geometry and its ports."""
 
 import numpy as np
 import pytest
@@ -7,7 +7,7 @@ import timm.data
 from PIL import Image
 
 from keras_vit.data import images, pipeline
-from keras_vit.data.transform import Transform
+from keras_vit.model.transform import Transform
 
 
 @pytest.mark.parametrize(
