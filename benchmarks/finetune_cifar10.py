@@ -41,12 +41,15 @@ def parse_args(argv):
     parser.add_argument("--output", default="runs/finetune-cifar10", help="the run folder; reruns resume")
     parser.add_argument("--report-dir", default=DEFAULT_REPORT_DIR)
     parser.add_argument("--image-size", type=int, default=224, help="the position embeddings are resampled")
-    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--epochs", type=int, default=4)
     parser.add_argument(
         "--steps-per-epoch", type=int, help="cap each epoch: validate (and stop early) sooner"
     )
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--early-stopping", type=int, default=2)
+    parser.add_argument(
+        "--validation-split", type=float, default=0.02, help="of the training images, to choose the epoch"
+    )
     parser.add_argument("--precision", default="float32", help="mixed_bfloat16 where the CPU has AVX512_BF16")
     parser.add_argument("--freeze-backbone", action="store_true", help="train the head only (linear probe)")
     parser.add_argument("--verify-images", type=int, default=500)
@@ -74,6 +77,7 @@ def train_and_score(args):
         steps_per_epoch=args.steps_per_epoch,
         batch_size=args.batch_size,
         early_stopping=args.early_stopping,
+        validation_split=args.validation_split,
         precision=args.precision,
         freeze_backbone=args.freeze_backbone,
     ).resolved()
