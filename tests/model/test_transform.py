@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 import tensorflow as tf
+import timm
 import timm.data
 from PIL import Image
 
@@ -75,3 +76,41 @@ def test_the_tensorflow_port_is_the_numpy_one_to_the_bit_at_any_size():
 def test_a_transform_keras_vit_cannot_apply_is_refused_by_name(arguments, message):
     with pytest.raises(ValueError, match=message):
         Transform(**arguments)
+
+
+@pytest.mark.parametrize(
+    "preprocessor, expected",
+    [
+        ({}, (1.0, "squash", "bilinear")),  # ViTImageProcessor's defaults: 224x224, bilinear, no crop
+        (  # DeiTImageProcessor's: 256x256 bicubic, then the centre 224x224
+            {"size": {"height": 256, "width": 256}, "resample": 3, "do_center_crop": True,
+             "crop_size": {"height": 224, "width": 224}},
+            (0.875, "squash", "bicubic"),
+        ),
+        (  # the shortest edge to 256, then the centre 224x224 (ConvNeXt-style processors)
+            {"size": {"shortest_edge": 256}, "resample": 3, "do_center_crop": True,
+             "crop_size": {"height": 224, "width": 224}},
+            (0.875, "center", "bicubic"),
+        ),
+    ],
+)  # fmt: skip
+def test_a_transformers_image_processor_is_read_as_its_transform(preprocessor, expected):
+    from keras_vit.model.hub_config import read_config
+
+    config = {"model_type": "vit", "hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2,
+              "intermediate_size": 64, "architectures": ["ViTModel"]}  # fmt: skip
+    found = read_config(config, "tests/any", preprocessor)
+    assert tuple(found.arguments[name] for name in ("crop_pct", "crop_mode", "interpolation")) == expected
+
+
+def test_a_timm_config_without_a_transform_gets_timms_defaults():
+    """timm's `resolve_data_config`: crop_pct 0.875, centre crop, bicubic where a config says nothing."""
+    from keras_vit.model.hub_config import read_config
+
+    found = read_config({"architecture": "vit_tiny_patch16_224", "num_classes": 0}, "tests/any")
+    timms = timm.data.resolve_data_config({}, pretrained_cfg={"input_size": (3, 224, 224)})
+    assert [found.arguments[name] for name in ("crop_pct", "crop_mode", "interpolation")] == [
+        timms["crop_pct"],
+        timms["crop_mode"],
+        timms["interpolation"],
+    ]
