@@ -9,7 +9,8 @@ and cosine decay, Inception crops) and `--early-stopping`, as `keras-vit train` 
 official test images are scored once, at the end, with `keras-vit evaluate`'s code; then
 `keras-vit export` verifies the model in every format, int8 included. Writes finetune.md,
 finetune.json and finetune.png to --report-dir (docs/benchmarks). Goal: at least 95% top-1
-with at most 30 minutes of training on 2 CPU cores. A quick check: `--steps-per-epoch 2 --epochs 1`.
+with at most 30 minutes of training on 2 CPU cores: 4 epochs of 120 steps of 64 images at 224 px,
+about 20 images/s here. A quick check: `--steps-per-epoch 2 --epochs 1`.
 """
 
 import argparse
@@ -43,7 +44,7 @@ def parse_args(argv):
     parser.add_argument("--image-size", type=int, default=224, help="the position embeddings are resampled")
     parser.add_argument("--epochs", type=int, default=4)
     parser.add_argument(
-        "--steps-per-epoch", type=int, help="cap each epoch: validate (and stop early) sooner"
+        "--steps-per-epoch", type=int, default=120, help="cap each epoch: validate (and stop early) sooner"
     )
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--early-stopping", type=int, default=2)
