@@ -208,6 +208,26 @@ def test_the_cifar10_report_judges_both_goals_and_full_int8_against_one_point():
     )
 
 
+def test_the_finetune_report_judges_top1_and_minutes_and_names_the_cpu():
+    import finetune_cifar10
+
+    summary = {
+        "weights": "vit_tiny_patch16_224.augreg_in21k_ft_in1k", "model": "vit_tiny_patch16_224",
+        "image_size": 224, "precision": "float32", "freeze_backbone": False, "test_top1": 0.9512,
+        "test_top5": 0.999, "test_images": 10_000, "best_val_accuracy": 0.95, "epochs": 4, "steps": 480,
+        "batch_size": 64, "minutes": 25.0, "images_per_second": 22.3, "device": "CPU only (x86_64, 2 cores)",
+        "cpu": "AMD EPYC, 2 cores, avx512_vnni avx512_bf16", "int8_accuracy_change_points": 0.0,
+    }  # fmt: skip
+    report = finetune_cifar10.report_markdown(summary, "| tflite_int8 | ... |\n", "python benchmarks/...")
+    assert "**Met by this run.**" in report and "avx512_vnni" in report and "Test top-1 **95.12%**" in report
+    assert "**Not met by this run.**" in finetune_cifar10.report_markdown(
+        {**summary, "test_top1": 0.9466}, "", ""
+    )
+    assert "**Not met by this run.**" in finetune_cifar10.report_markdown(
+        {**summary, "minutes": 31.0}, "", ""
+    )
+
+
 def test_layer_decay_unpacks_a_one_split_zip_and_judges_each_learning_rate(tmp_path):
     import zipfile
 

@@ -114,6 +114,18 @@ COMMANDS = {
     "keras-vit train --weights vit_small_patch16_224.augreg_in21k_ft_in1k --dataset my_photos/ "
     "--early-stopping 3 --output runs/mine": _HUB,
     "keras-vit export runs/mine": _HUB,
+    "python benchmarks/finetune_cifar10.py": Skip(
+        "25 minutes of training on ../shared's CIFAR-10; tests/test_benchmarks.py checks its report and "
+        "tests/test_real_checkpoint.py fine-tunes and exports the real ViT-Ti on a few photos"
+    ),
+    "keras-vit train --weights vit_tiny_patch16_224 --preset finetune --dataset cifar10_png.zip --epochs 4 "
+    "--steps-per-epoch 120 --batch-size 64 --validation-split 0.02 --early-stopping 2": Skip(
+        "the benchmark above, by the command line (tests/test_real_checkpoint.py fine-tunes the real ViT-Ti)"
+    ),
+    "keras-vit export vit_tiny_patch16_224 --format tflite --quantize all "
+    "--dataset imagenette2_224/val": Skip(
+        "minutes on the real checkpoint and 3,925 photos; tests/test_real_checkpoint.py exports it on 12"
+    ),
     "bash scripts/quickstart.sh": Skip(
         "the main job, 15 epochs: run by hand in a fresh clone before each release"
     ),

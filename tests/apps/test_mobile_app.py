@@ -128,11 +128,14 @@ def test_an_integer_model_gives_litert_s_top5_in_the_page(
     """The integer variants run in LiteRT.js too: the page quantises its pixels as the model says
     and dequantises the probabilities. Against Python's LiteRT fed the page's own input, the top 5
     are the same and the probabilities within two steps of the model's output quantisation (the
-    browser's int8 and int16 kernels may round a last step or two apart from the native ones)."""
+    browser's int8 and int16 kernels may round a last step or two apart from the native ones);
+    `int8`, whose products run int8 by int8 on float activations quantised at run time, gives float
+    probabilities, within 1e-4 of LiteRT's."""
     path = os.path.join(export_folder["folder"], f"model_{variant}.tflite")
     runner = TFLiteRunner(path)
     step = _output_step(path)
-    assert 0 < step <= 1 / 256
+    assert 0 < step <= 1 / 256 or (variant == "int8" and step == 0)
+    tolerance = 2 * step + 1e-6 if step else 1e-4
     httpd = _serve(build_app(path, tmp_path / "app"))
     context = phone.new_context()
     try:
@@ -148,13 +151,13 @@ def test_an_integer_model_gives_litert_s_top5_in_the_page(
             top5 = [runner.class_names.index(p["name"]) for p in result["predictions"]]
             assert top5 == list(np.argsort(-shown, kind="stable")[:5]), image.name
             # Python's top 5, up to classes that the steps of quantisation apart may swap.
-            assert np.abs(expected[top5] - np.sort(expected)[::-1][:5]).max() <= 2 * step + 1e-6, image.name
+            assert np.abs(expected[top5] - np.sort(expected)[::-1][:5]).max() <= tolerance, image.name
             worst = max(worst, float(np.abs(shown - expected).max()))
     finally:
         context.close()
         httpd.shutdown()
         httpd.server_close()
-    assert worst <= 2 * step + 1e-6
+    assert worst <= tolerance, worst
 
 
 def _output_step(path):

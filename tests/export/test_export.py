@@ -140,14 +140,16 @@ def test_a_flex_op_fails_the_check_and_names_the_op():
         tflite.check_builtin_ops(converter.convert())
 
 
-def test_the_metadata_carries_labels_and_normalisation(exported, cifar_images):
+def test_the_metadata_carries_labels_normalisation_and_the_transform(exported, cifar_images):
     _, class_names = cifar_images
     flatbuffer = open(os.path.join(exported["folder"], "model_fp32.tflite"), "rb").read()
     info = read_metadata(flatbuffer)
     assert info["labels"] == class_names and info["name"] == "tiny_vit"
     assert info["mean"] == [0.0] and info["std"] == [1.0]
+    # keras-vit's own model: a plain bilinear resize to its size
+    assert info["transform"] == {"crop_pct": 1.0, "crop_mode": "squash", "interpolation": "bilinear"}
     with zipfile.ZipFile(io.BytesIO(flatbuffer)) as archive:
-        assert archive.namelist() == ["labels.txt"]
+        assert archive.namelist() == ["labels.txt", "transform.json"]
     with pytest.raises(ValueError, match="no metadata"):
         read_metadata(tflite.convert(load_classifier(exported["source"]), "fp32"))
 
