@@ -50,11 +50,8 @@ def evaluate(model, dataset=datasets.DATASET, split=None, batch_size=100):
     if columns is not None:
         among_all = _accuracies(scores, np.asarray(columns)[labels], prefix="model_")
         scores = scores[:, columns]
-    ranked = np.argsort(-scores, axis=1)
-    top1 = ranked[:, 0] == labels
-    top5 = (ranked[:, : min(5, len(class_names))] == labels[:, None]).any(axis=1)
     confusion = np.zeros((len(class_names), len(class_names)), dtype=int)
-    np.add.at(confusion, (labels, ranked[:, 0]), 1)
+    np.add.at(confusion, (labels, scores.argmax(axis=1)), 1)
     per_class = {
         name: float(confusion[i, i] / max(confusion[i].sum(), 1)) for i, name in enumerate(class_names)
     }
@@ -62,8 +59,7 @@ def evaluate(model, dataset=datasets.DATASET, split=None, batch_size=100):
         "dataset": folder.source,
         "split": split,
         "count": int(len(labels)),
-        "top1": float(top1.mean()),
-        "top5": float(top5.mean()),
+        **_accuracies(scores, labels),
         "per_class": per_class,
         "class_names": class_names,
         "confusion": confusion.tolist(),
