@@ -34,6 +34,7 @@ _PUBLIC = {
     "TrainingModel": "keras_vit.training.training_model",
     "ViT": "keras_vit.model.vit.model",
     "create_model": "keras_vit.model.registry",
+    "enable_lora": "keras_vit.training.lora",
     "features": "keras_vit.features",
     "forward_flops": "keras_vit.model.complexity",
     "layers": "keras_vit.layers",

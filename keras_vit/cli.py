@@ -64,8 +64,12 @@ def _models(args):
 def _train(args):
     import dataclasses
 
+    from keras_vit.training import jax_job
     from keras_vit.training.config import TrainConfig
     from keras_vit.training.train import train
+
+    if _job_to_supervise(args):
+        return jax_job.supervise(args.argv, verbose=args.verbose)
 
     fields = {f.name for f in dataclasses.fields(TrainConfig)}
     values = {k: v for k, v in vars(args).items() if k in fields and v is not None}
@@ -78,6 +82,21 @@ def _train(args):
         f"{summary['best_val_accuracy'] or float('nan'):.4f}); run folder: {summary['config']['output']}"
     )
     return 0
+
+
+def _job_to_supervise(args):
+    """A JAX job across processes trains in a child of this process (`jax_job.supervise`): its
+    runtime aborts a process whose peer died, and the parent turns that into one line."""
+    from keras_vit.training import jax_job
+
+    if args.strategy != "multi-worker" or os.environ.get(jax_job.CHILD):
+        return False
+    import keras
+
+    if keras.backend.backend() != "jax":
+        return False
+    jax_job.read()  # a missing or inconsistent variable: one line, before a child starts
+    return True
 
 
 def _pretrained_models(args):
@@ -534,7 +553,9 @@ def _disk_full_message(error):
 
 
 def main(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(argv)
+    args.argv = argv[1:]  # after the command's name
     try:
         uses_keras = args.uses_keras(args) if callable(args.uses_keras) else args.uses_keras
         if not args.verbose:

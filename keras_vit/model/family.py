@@ -34,6 +34,19 @@ TRANSFORMER_QUANTIZATION_GROUPS = {
 }
 # Norms and biases: timm's 1-d rule, no weight decay in any family.
 ONE_D_WEIGHTS = ("gamma", "beta", "bias")
+# Where LoRA goes in a transformer block: the Dense layers of its attention (the default) and of
+# its MLP, by their paths inside the block.
+TRANSFORMER_LORA_TARGETS = {"attention": ("attention/qkv", "attention/proj"), "mlp": ("fc1", "fc2")}
+# How `--strategy model-parallel` shards a transformer block's kernels over the mesh's "model"
+# axis (Megatron's split: QKV and fc1 by output column, the attention output and fc2 by input
+# row), by variable path. Every weight no pattern matches (norms, biases, tokens) is replicated.
+TRANSFORMER_LAYOUT = {
+    r".*/attention/qkv/kernel": (None, "model"),
+    r".*/attention/proj/kernel": ("model", None),
+    r".*/fc1/kernel": (None, "model"),
+    r".*/fc2/kernel": ("model", None),
+    "head/kernel": ("model", None),  # by input row: any class count shards
+}
 
 
 class Family:
@@ -65,6 +78,14 @@ class Family:
     # `{group: ((op-name pattern, TFLite op), ...)}`: the quantisation sensitivity table's op
     # groups, by the names the family's layers give their ops in a converted model.
     quantization_groups = {}
+    # The layers of the classifier's head: what `--freeze-backbone` and LoRA train in full.
+    head_layers = ("head",)
+    # `{target: (path of a Dense layer inside each block, ...)}`: where `keras_vit.enable_lora`
+    # can put LoRA (`TRANSFORMER_LORA_TARGETS`).
+    lora_targets = {}
+    # `{variable-path pattern: axes}`: what `--strategy model-parallel` shards over the "model"
+    # axis (a Keras `LayoutMap`; `TRANSFORMER_LAYOUT` and the family's stem).
+    model_parallel_layout = {}
 
     # --- configs ---------------------------------------------------------------------------------
 
@@ -129,6 +150,11 @@ class Family:
     def layer_groups(self, model):
         """`({layer name: group}, number of groups)`: layer-wise learning-rate decay gives group g
         of n the rate `lr * decay ** (n - g)`; layers not named (the head) keep the full rate."""
+        raise NotImplementedError
+
+    def block_names(self, arguments):
+        """The names of the model's transformer blocks, from its arguments: where `--remat`
+        recomputes activations and LoRA looks for its targets."""
         raise NotImplementedError
 
     def attention_grid(self, model):

@@ -1,5 +1,6 @@
-"""Layers every family shares: the in-model image normalisation, stochastic depth and the
-kernel initialiser. Each family's own layers are in its folder (`vit/layers.py`, ...).
+"""Layers every family shares: the in-model image normalisation, stochastic depth, the kernel
+initialiser and the base of the transformer blocks (`Block`, which can recompute its
+activations). Each family's own layers are in its folder (`vit/layers.py`, ...).
 
 Each layer stores its constructor arguments under `# === Config ===`, builds
 its sublayers with `dtype=self.dtype_policy` (so mixed precision needs no
@@ -18,6 +19,46 @@ _WEIGHT_INIT = {"class_name": "TruncatedNormal", "config": {"stddev": 0.02}}
 def weight_initializer():
     """The initialiser of every dense and projection kernel (a fresh one per call)."""
     return keras.initializers.get(_WEIGHT_INIT)
+
+
+class Block(keras.layers.Layer):
+    """A transformer block whose activations can be recomputed in the backward pass instead of
+    kept (`--remat`): set `rematerialise` to True before the model is traced. It is a training
+    setting, not part of the model: a saved model does not keep it.
+
+    A block's `call` runs its `forward` through `self.forward_of`, which applies `keras.remat`
+    to a pure function of the input and the block's float weights: Keras' `RematScope` passes
+    the layer's keyword arguments through too, which TensorFlow's `recompute_grad` refuses in a
+    graph and JAX traces (`training` included, which no Python branch can then read), and the
+    dropout draws' seed states, updated inside, would leak out of JAX's checkpoint. Here they
+    are updated outside it.
+    """
+
+    rematerialise = False
+
+    def forward_of(self, forward, x, **arguments):
+        if not self.rematerialise:
+            return forward(x, **arguments)
+        variables = self.variables
+        values = [v.value for v in variables]
+        weights = [i for i, v in enumerate(variables) if _is_float(v)]
+
+        def pure(x, *weight_values):
+            current = list(values)
+            for i, value in zip(weights, weight_values, strict=True):
+                current[i] = value
+            with keras.StatelessScope(state_mapping=list(zip(variables, current, strict=True))) as scope:
+                y = forward(x, **arguments)
+            return y, [scope.get_current_value(v) for v in variables if not _is_float(v)]
+
+        y, states = keras.remat(pure)(x, *(values[i] for i in weights))
+        for variable, state in zip([v for v in variables if not _is_float(v)], states, strict=True):
+            variable.assign(state)
+        return y
+
+
+def _is_float(variable):
+    return "float" in str(variable.dtype)
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")

@@ -5,6 +5,7 @@ crash the process when it closes a file whose writes failed for lack of space, s
 writes to a disk that can fill. Loading gives one clear line for a file that does not load.
 """
 
+import contextlib
 import io
 import os
 import re
@@ -32,7 +33,8 @@ def save_model(model, path):
     buffer = io.BytesIO()
     # Keras' own route for a file object (it uses it for remote paths): the zip and the HDF5
     # weights inside it are made in memory.
-    saving_lib.save_model(model, buffer)
+    with _variables_made_locally():
+        saving_lib.save_model(model, buffer)
     write_bytes(path, buffer.getvalue())
 
 
@@ -48,12 +50,26 @@ def weights_file_bytes(model):
     buffer = io.BytesIO()
     store = saving_lib.H5IOStore(buffer, mode="w")
     try:
-        saving_lib._save_state(
-            model, weights_store=store, assets_store=None, inner_path="", visited_saveables=set()
-        )
+        with _variables_made_locally():
+            saving_lib._save_state(
+                model, weights_store=store, assets_store=None, inner_path="", visited_saveables=set()
+            )
     finally:
         store.close()
     return buffer.getvalue()
+
+
+@contextlib.contextmanager
+def _variables_made_locally():
+    """Keras makes a throwaway optimizer while it saves (`saving_lib.get_attr_skipset`). Under a
+    JAX distribution across processes, making a variable waits for every process, and only
+    process 0 saves: its variables are made outside the distribution."""
+    distribution = keras.distribution.distribution()
+    keras.distribution.set_distribution(None)
+    try:
+        yield
+    finally:
+        keras.distribution.set_distribution(distribution)
 
 
 def load_trained_model(path):

@@ -25,6 +25,7 @@ from keras_vit.files import (
     write_text,
 )
 from keras_vit.storage.saving import save_model, weights_file_bytes
+from keras_vit.training import lora
 
 logger = logging.getLogger(__name__)
 
@@ -103,11 +104,12 @@ class ResumableBackup(keras.callbacks.BackupAndRestore):
     the one before it; with neither readable it stops with one line instead of starting over.
     """
 
-    def __init__(self, backup_dir, steps_per_epoch, save_freq):
+    def __init__(self, backup_dir, steps_per_epoch, save_freq, writes=True):
         # Kept at the end of training: a run stopped while writing its results resumes at its last
         # step instead of training again; `discard` removes them once the results are written.
         super().__init__(backup_dir, save_freq=save_freq, double_checkpoint=True, delete_checkpoint=False)
         self.steps_per_epoch = steps_per_epoch
+        self.writes = writes  # False: this process reads backups another one writes
         self.restored_step = 0
         self._metric_totals = None  # the resumed epoch's, set once Keras has reset the metrics
 
@@ -138,6 +140,10 @@ class ResumableBackup(keras.callbacks.BackupAndRestore):
             except Exception as error:  # h5py and Keras raise OSError, ValueError, KeyError...
                 logger.warning("The %s backup in %s cannot be read (%s).", which, self.backup_dir, error)
                 damaged.append(which)
+        if damaged and not self.writes:
+            raise ValueError(
+                f"The run's backups in {self.backup_dir} are damaged: process 0 says what to do."
+            )
         if damaged:
             raise ValueError(
                 f"The run's backups in {self.backup_dir} are damaged ({' and '.join(damaged)}), so it "
@@ -167,6 +173,8 @@ class ResumableBackup(keras.callbacks.BackupAndRestore):
 
     def epoch_end_written(self):
         """Marks the latest backup, taken on an epoch's last step, as followed by that epoch's end."""
+        if not self.writes:
+            return
         try:
             record = read_json(self._training_metadata_path)
         except (OSError, ValueError):
@@ -176,7 +184,8 @@ class ResumableBackup(keras.callbacks.BackupAndRestore):
 
     def discard(self):
         """Removes the backups: the run's results are written."""
-        shutil.rmtree(self.backup_dir, ignore_errors=True)
+        if self.writes:
+            shutil.rmtree(self.backup_dir, ignore_errors=True)
 
     def _backup_files(self):
         """(the one before, the latest) for the weights and their record."""
@@ -198,7 +207,8 @@ class ResumableBackup(keras.callbacks.BackupAndRestore):
     def _restore(self, record):
         if self.model.optimizer is not None and not self.model.optimizer.built:
             self.model.optimizer.build(self.model.trainable_variables)  # its slots must exist to load
-        self.model.load_weights(self._weights_path)
+        with lora.adapters_kept(self.model):
+            self.model.load_weights(self._weights_path)
         states = record.get("random_states", [])  # older backups: dropout draws start afresh
         for variable, state in zip(_random_states(self.model), states, strict=bool(states)):
             variable.assign(state)
@@ -207,6 +217,8 @@ class ResumableBackup(keras.callbacks.BackupAndRestore):
             self._metric_totals = record.get("metric_totals")  # older backups: the epoch restarts its means
 
     def _save_model(self):
+        if not self.writes:
+            return
         os.makedirs(self.backup_dir, exist_ok=True)
         for previous, latest in self._backup_files():
             if os.path.exists(latest):
@@ -218,7 +230,8 @@ class ResumableBackup(keras.callbacks.BackupAndRestore):
                 except OSError:  # a filesystem without hard links
                     shutil.copyfile(latest, previous)
         model = self.model
-        weights = weights_file_bytes(model)
+        with lora.adapters_kept(model):
+            weights = weights_file_bytes(model)
         step = optimizer_step(model)
         record = {
             "step": step,

@@ -12,6 +12,7 @@ from keras_vit.data.datasets import DATASET, SEED
 from keras_vit.model import registry
 from keras_vit.model.checks import nearest_sizes
 from keras_vit.model.transform import DEFAULT_MEAN, DEFAULT_STD
+from keras_vit.training.lora import DEFAULT_TARGETS as DEFAULT_LORA_TARGETS
 from keras_vit.training.recipes import DEFAULTS, PAD_CROP_MAX_SIZE, PRECISIONS, PRESETS, STRATEGIES
 
 
@@ -79,7 +80,31 @@ class TrainConfig:
     )
     precision: str | None = setting("float32 or mixed precision", choices=PRECISIONS)
     jit_compile: bool = setting("XLA", True)
-    strategy: str = setting("auto: all GPUs mirrored, else one device", "auto", choices=STRATEGIES)
+    strategy: str = setting(
+        "auto: all GPUs mirrored, else one device; multi-worker: TF_CONFIG on TensorFlow, Keras' "
+        "KERAS_DISTRIBUTION_* variables on JAX; model-parallel (JAX): weights sharded over devices",
+        "auto",
+        choices=STRATEGIES,
+    )
+    model_parallel: int = setting(
+        "with --strategy model-parallel, the devices each sharded weight is split over (the rest "
+        "split the batch)",
+        2,
+        metavar="N",
+    )
+    lora_rank: int | None = setting(
+        "LoRA: train rank-R adapters (and the head) with the rest of the model frozen; model.keras "
+        "is saved with them merged",
+        metavar="R",
+        default_text="off",
+    )
+    lora_targets: str = setting(
+        "with --lora-rank, the layers of each block it adapts: attention, mlp, or attention,mlp",
+        ",".join(DEFAULT_LORA_TARGETS),
+    )
+    remat: bool = setting(
+        "recompute each block's activations in the backward pass: less memory, more compute", False
+    )
     weights: str | None = setting(
         "pretrained weights to start from: a timm/Hugging Face (.safetensors, .pth, .bin) or Google "
         "(.npz) checkpoint, or another run's model (.keras or run folder)"
@@ -132,6 +157,7 @@ class TrainConfig:
         self._check_numbers()
         self._check_image_size()
         self._check_starting_points()
+        self._check_lora()
         self._check_overrides()
 
     def _check_choices(self):
@@ -164,6 +190,10 @@ class TrainConfig:
             raise ValueError(f"distillation_weight is in [0, 1], got {self.distillation_weight}.")
         if not 0 <= self.ema < 1:
             raise ValueError(f"ema is a momentum in [0, 1) (0 is off), got {self.ema}.")
+        if self.lora_rank is not None and self.lora_rank < 1:
+            raise ValueError(f"lora_rank must be at least 1, got {self.lora_rank}.")
+        if self.model_parallel < 1:
+            raise ValueError(f"model_parallel must be at least 1, got {self.model_parallel}.")
         if not 0 < self.crop_min_scale <= 1:
             raise ValueError(
                 f"crop_min_scale is a fraction of the area in (0, 1], got {self.crop_min_scale}."
@@ -199,6 +229,23 @@ class TrainConfig:
                     else " (any model can teach it)."
                 )
             )
+
+    def _check_lora(self):
+        if not self.lora_rank:
+            return
+        if self.freeze_backbone:
+            raise ValueError("--lora-rank and --freeze-backbone both choose what trains: give one.")
+        family = registry.family_named(self.model)
+        unknown = sorted(set(self.lora_target_names) - set(family.lora_targets))
+        if unknown or not self.lora_target_names:
+            raise ValueError(
+                f"--lora-targets {self.lora_targets!r}: {', '.join(unknown) or 'nothing'} is not a "
+                f"LoRA target of {self.model}; choose from {', '.join(family.lora_targets)}."
+            )
+
+    @property
+    def lora_target_names(self):
+        return tuple(t.strip() for t in self.lora_targets.split(",") if t.strip())
 
     def _check_overrides(self):
         clash = sorted(_OWNED & set(self.overrides))

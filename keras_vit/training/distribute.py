@@ -3,8 +3,12 @@
 `placement(name)` turns `--strategy` into a `Placement` for the active Keras
 backend. On TensorFlow: one device, `MirroredStrategy` over the local GPUs,
 or `MultiWorkerMirroredStrategy` across processes (`TF_CONFIG`). On JAX:
-one device, or `keras.distribution.DataParallel` over the local devices
-(`mirrored`, and `auto` with more than one), which splits each global batch.
+one device; `keras.distribution.DataParallel` over the local devices
+(`mirrored`, and `auto` with more than one), which splits each global batch;
+the same over every device of several processes (`multi-worker`, started from
+Keras' `KERAS_DISTRIBUTION_*` variables); or `keras.distribution.ModelParallel`
+(`model-parallel`), a `batch` x `model` mesh whose `model` axis shards the
+kernels the model's family names (`Family.model_parallel_layout`).
 """
 
 import contextlib
@@ -15,6 +19,7 @@ import os
 import keras
 import tensorflow as tf
 
+from keras_vit.training import jax_job
 from keras_vit.training.callbacks import MAX_STEPS_PER_CALL
 from keras_vit.training.recipes import STRATEGIES
 
@@ -27,6 +32,8 @@ class Placement:
     strategy: object = None  # the tf.distribute strategy, on TensorFlow
     distribution: object = None  # the keras.distribution, on JAX
     chief: bool = True
+    processes: int = 1  # JAX processes that each read their share of every global batch
+    process_index: int = 0
 
     def scope(self):
         return self.strategy.scope() if self.strategy is not None else contextlib.nullcontext()
@@ -34,6 +41,12 @@ class Placement:
     @property
     def multi_worker(self):
         return self.name == "multi-worker"
+
+    @property
+    def writes_run_folder(self):
+        """Whether this process writes the run folder: all but process 0 of a JAX job share its
+        folder and leave it to process 0 (a TensorFlow worker has its own)."""
+        return self.chief or self.processes == 1
 
     @property
     def steps_per_call_limit(self):
@@ -49,12 +62,21 @@ class Placement:
         mirrored = (tf.distribute.MirroredStrategy, tf.distribute.MultiWorkerMirroredStrategy)
         return 1 if isinstance(self.strategy, mirrored) else MAX_STEPS_PER_CALL
 
+    def local_batches(self, dataset):
+        """This process's share of each global batch of `dataset` (the whole batch with one
+        process): process i of n takes the i-th n-th, as Keras' own auto-sharding does."""
+        if self.processes == 1:
+            return dataset
+        size = tf.data.experimental.get_structure(dataset)["images"].shape[0]
+        return dataset.rebatch(size // self.processes).shard(self.processes, self.process_index)
 
-def placement(name):
-    """The `Placement` for `--strategy name` on the active Keras backend.
 
-    On TensorFlow, call it before anything runs a TensorFlow op:
-    `MultiWorkerMirroredStrategy` must be made first.
+def placement(name, family=None, model_parallel=None):
+    """The `Placement` for `--strategy name` on the active Keras backend; `family` and
+    `model_parallel` (the size of the mesh's `model` axis) for `model-parallel`.
+
+    Call it before anything runs a TensorFlow op or a JAX computation: TensorFlow's
+    `MultiWorkerMirroredStrategy` and JAX's distributed runtime must be started first.
     """
     if name not in STRATEGIES:
         raise ValueError(f"Unknown strategy {name!r}; strategies: {', '.join(STRATEGIES)}.")
@@ -62,13 +84,18 @@ def placement(name):
     if backend == "tensorflow":
         return Placement(name, strategy=_tf_strategy(name), chief=_is_chief())
     if backend == "jax":
-        return Placement(name, distribution=_jax_distribution(name))
+        return _jax_placement(name, family, model_parallel)
     if name not in ("auto", "one-device"):
         raise ValueError(f"--strategy {name} needs the tensorflow or jax backend, not {backend}.")
     return Placement(name)
 
 
 def _tf_strategy(name):
+    if name == "model-parallel":
+        raise ValueError(
+            "--strategy model-parallel needs KERAS_BACKEND=jax (Keras' TensorFlow distribution "
+            "backend is a prototype); on TensorFlow, --lora-rank and --remat make a big model fit."
+        )
     if name == "multi-worker":
         if "TF_CONFIG" not in os.environ:
             raise ValueError(
@@ -83,20 +110,46 @@ def _tf_strategy(name):
     return tf.distribute.OneDeviceStrategy("/gpu:0" if gpus else "/cpu:0")
 
 
-def _jax_distribution(name):
-    if name == "multi-worker":
-        raise ValueError(
-            "--strategy multi-worker is TensorFlow's (TF_CONFIG); on JAX, start every process "
-            "with keras.distribution.initialize() and train with --strategy mirrored, or use "
-            "KERAS_BACKEND=tensorflow."
-        )
+def _jax_placement(name, family, model_parallel):
+    job = jax_job.start() if name == "multi-worker" else None
     devices = keras.distribution.list_devices()
-    if name == "one-device" or (name == "auto" and len(devices) < 2):
-        keras.distribution.set_distribution(None)
-        return None
-    distribution = keras.distribution.DataParallel(devices=devices)
+    if name == "model-parallel":
+        distribution = _model_parallel(devices, family, model_parallel)
+    elif name == "one-device" or (name == "auto" and len(devices) < 2):
+        distribution = None
+    else:
+        distribution = keras.distribution.DataParallel(devices=devices)
+    if job is not None:
+        # Each process feeds its own share of the training batches (`local_batches`), and the
+        # whole validation set: Keras' auto-sharding would give one process the last, partial
+        # batch alone. A metric over the validation set repeated once per process is the same mean.
+        distribution.auto_shard_dataset = False
     keras.distribution.set_distribution(distribution)
-    return distribution
+    if job is None:
+        return Placement(name, distribution=distribution)
+    return Placement(
+        name,
+        distribution=distribution,
+        chief=job.process_id == 0,
+        processes=job.num_processes,
+        process_index=job.process_id,
+    )
+
+
+def _model_parallel(devices, family, size):
+    """`ModelParallel` over a `batch` x `model` mesh of `devices`, `size` devices along `model`,
+    sharding what `family` declares."""
+    if size is None or size < 1 or len(devices) % size:
+        divisors = [str(n) for n in range(1, len(devices) + 1) if len(devices) % n == 0]
+        raise ValueError(
+            f"--model-parallel {size} must divide the {len(devices)} devices this process sees "
+            f"(choose one of {', '.join(divisors)})."
+        )
+    mesh = keras.distribution.DeviceMesh((len(devices) // size, size), ("batch", "model"), devices)
+    layout = keras.distribution.LayoutMap(mesh)
+    for pattern, axes in family.model_parallel_layout.items():
+        layout[pattern] = axes
+    return keras.distribution.ModelParallel(layout_map=layout, batch_dim_name="batch")
 
 
 def replicas(placement_):
@@ -104,7 +157,10 @@ def replicas(placement_):
     if placement_.strategy is not None:
         return placement_.strategy.num_replicas_in_sync
     if placement_.distribution is not None:
-        return len(placement_.distribution.device_mesh.devices.flatten())
+        mesh = placement_.distribution.device_mesh
+        return mesh.shape[
+            0
+        ]  # the batch axis: the only axis of DataParallel's mesh, the first of ModelParallel's
     return 1
 
 

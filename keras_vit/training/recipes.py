@@ -9,7 +9,7 @@ from keras_vit.data.datasets import VALIDATION_SPLIT
 
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
 # Where a run trains (keras_vit/training/distribute.py makes each one).
-STRATEGIES = ("auto", "mirrored", "multi-worker", "one-device")
+STRATEGIES = ("auto", "mirrored", "model-parallel", "multi-worker", "one-device")
 
 # Images this small (a side in pixels, CIFAR's 32) are padded and cropped back by default; larger
 # ones get Inception's random resized crop.

@@ -40,7 +40,7 @@ from keras_vit.storage.run_folder import (
     RunFolder,
 )
 from keras_vit.storage.saving import save_model
-from keras_vit.training import distribute, keras_patches, optimizers
+from keras_vit.training import distribute, keras_patches, lora, optimizers
 from keras_vit.training.augment import BatchAugmentation
 from keras_vit.training.callbacks import (
     BestModelCheckpoint,
@@ -62,7 +62,8 @@ logger = logging.getLogger(__name__)
 
 
 def build_model(config, num_classes, class_names):
-    """The ViT for a run: named config, overrides, optional pretrained weights."""
+    """The model for a run: named config, overrides, optional pretrained weights, then what
+    trains (all, the head, or LoRA adapters and the head) and what is recomputed (`--remat`)."""
     arguments = dict(
         num_classes=num_classes,
         image_size=config.image_size,
@@ -74,11 +75,16 @@ def build_model(config, num_classes, class_names):
         dtype=config.precision,
     )
     model = create_model(config.model, **{**arguments, **config.overrides})
+    family = registry.family_of(model)
     if config.weights:
         load_weights(model, config.weights)
     if config.freeze_backbone:
         for layer in model.layers:
-            layer.trainable = layer.name in ("head", "pre_logits")
+            layer.trainable = layer.name in family.head_layers
+    if config.lora_rank:
+        lora.enable_lora(model, config.lora_rank, config.lora_target_names)
+    for name in family.block_names(model.get_config()) if config.remat else ():
+        model.get_layer(name).rematerialise = True  # recomputed in the backward pass
     return model
 
 
@@ -205,7 +211,12 @@ def train(config, progress_bar=None):
     """
     config = config.resolved()
     # First: MultiWorkerMirroredStrategy must be made before TensorFlow runs any op.
-    where = distribute.placement(config.strategy)
+    where = distribute.placement(config.strategy, registry.family_named(config.model), config.model_parallel)
+    if config.remat and keras.backend.backend() != "jax":
+        raise ValueError(
+            "--remat needs KERAS_BACKEND=jax: TensorFlow's recompute_grad cannot carry the blocks' "
+            "dropout seeds through the recomputation."
+        )
     keras.utils.set_random_seed(config.seed)
     run = RunFolder(config.output)
     if run.finished:
@@ -235,14 +246,14 @@ def train(config, progress_bar=None):
     backup.set_model(model)
     start_step = backup.restore()
     _log_start(config, run_data, schedule, start_step)
-    if where.multi_worker:
+    if where.multi_worker and where.strategy is not None:  # TensorFlow's
         keras_patches.prepare_multi_worker_fit(model, where.strategy, next(iter(run_data.train_from(0))))
-    history = _fit(model, run_data, config, schedule, callbacks, start_step, progress_bar)
+    history = _fit(model, run_data, config, schedule, callbacks, start_step, progress_bar, where)
     summary = _write_results(run, config, model, history, best, schedule, where.chief, teacher_cost, backup)
     return TrainingRun(model=classifier, training_model=model, summary=summary)
 
 
-def _fit(model, run_data, config, schedule, callbacks, start_step, progress_bar):
+def _fit(model, run_data, config, schedule, callbacks, start_step, progress_bar, where):
     """`model.fit` from `start_step` to the last step; the per-epoch history of what it trained.
 
     Keras starts epochs at their first batch: a run resumed mid-epoch fits the rest of that epoch
@@ -263,7 +274,7 @@ def _fit(model, run_data, config, schedule, callbacks, start_step, progress_bar)
         # The rest of an epoch ends after it, under the run's epoch count (which EMA's last swap reads).
         stop = [] if steps_per_epoch == schedule.steps_per_epoch else [_StopAfterThisEpoch()]
         fit = model.fit(
-            run_data.train_from(first_step),
+            where.local_batches(run_data.train_from(first_step)),
             validation_data=run_data.validation,
             initial_epoch=first_epoch,
             epochs=config.epochs,
@@ -366,7 +377,14 @@ def _callbacks(config, run, schedule, where):
     best = BestModelCheckpoint(
         run.model_file, enabled=where.chief, previous_best=max(earlier, default=-math.inf)
     )
-    backup = ResumableBackup(run.file(BACKUP_FOLDER), schedule.steps_per_epoch, config.backup_every_steps)
+    backup = ResumableBackup(
+        run.file(BACKUP_FOLDER),
+        schedule.steps_per_epoch,
+        config.backup_every_steps,
+        writes=where.writes_run_folder,
+    )
+    # The other processes of a JAX job share process 0's run folder: they read it, never write it.
+    logs = [EpochLog(run.file(LOG_FILE)), TensorBoardLog(run.file(TENSORBOARD_FOLDER))]
     callbacks = [
         backup,
         # With --ema: validate, save and keep the weights' moving average (before `best`).
@@ -374,8 +392,7 @@ def _callbacks(config, run, schedule, where):
         best,
         *([EarlyStopping(config.early_stopping, logged)] if config.early_stopping else []),
         EpochTimer(config.batch_size),  # before the CSV log, which writes what it adds
-        EpochLog(run.file(LOG_FILE)),
-        TensorBoardLog(run.file(TENSORBOARD_FOLDER)),
+        *(logs if where.writes_run_folder else []),
         EpochEndWritten(backup),  # last: everything the epoch's end writes is written
     ]
     return callbacks, best, backup

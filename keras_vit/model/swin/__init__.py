@@ -11,7 +11,13 @@ Keras; `Swin` is imported when first used.
 
 import importlib
 
-from keras_vit.model.family import ONE_D_WEIGHTS, TRANSFORMER_QUANTIZATION_GROUPS, Family
+from keras_vit.model.family import (
+    ONE_D_WEIGHTS,
+    TRANSFORMER_LAYOUT,
+    TRANSFORMER_LORA_TARGETS,
+    TRANSFORMER_QUANTIZATION_GROUPS,
+    Family,
+)
 from keras_vit.model.swin import complexity
 from keras_vit.model.swin.architecture import Architecture
 from keras_vit.model.swin.configs import MODEL_CONFIGS
@@ -34,6 +40,12 @@ class SwinFamily(Family):
         **TRANSFORMER_QUANTIZATION_GROUPS,
         "patch merging": ((r"/stage_\d+_merging(_\d+)?/", "FULLY_CONNECTED"),),
         "residual adds": ((r"/stage_\d+_block_\d+(_\d+)?/add(_\d+)?(;|$)", "ADD"),),
+    }
+    lora_targets = TRANSFORMER_LORA_TARGETS
+    model_parallel_layout = {
+        "patch_embed/projection/kernel": (None, None, None, "model"),
+        r"stage_\d+_merging/reduction/kernel": ("model", None),
+        **TRANSFORMER_LAYOUT,
     }
 
     def columns(self, name):
@@ -59,6 +71,10 @@ class SwinFamily(Family):
                 groups[f"stage_{stage}_block_{block}"] = index
         groups["norm"] = index
         return groups, index + 1
+
+    def block_names(self, arguments):
+        depths = self.architecture(arguments).depths
+        return tuple(f"stage_{s}_block_{b}" for s, depth in enumerate(depths) for b in range(depth))
 
     def resize(self, model, image_size):
         from keras_vit.model.swin.model import resize_model

@@ -13,7 +13,7 @@ import keras
 from keras import ops
 
 from keras_vit.model.checks import check_positive_int, check_rate, pair
-from keras_vit.model.layers import DropPath, weight_initializer
+from keras_vit.model.layers import Block, DropPath, weight_initializer
 from keras_vit.model.swin import windows
 
 
@@ -234,7 +234,7 @@ class WindowAttention(keras.layers.Layer):
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
-class SwinBlock(keras.layers.Layer):
+class SwinBlock(Block):
     """A Swin Transformer block on a (batch, H, W, C) grid: `x + DropPath(W-MSA(LN(x)))`, then
     `x + DropPath(MLP(LN(x)))`, as timm's `SwinTransformerBlock`.
 
@@ -337,6 +337,9 @@ class SwinBlock(keras.layers.Layer):
         return x
 
     def call(self, x, training=None):
+        return self.forward_of(self._forward, x, training=training)
+
+    def _forward(self, x, training=None):
         x = x + self.drop_path1(self._attend(self.norm1(x), training), training=training)
         y = self.mlp_dropout1(self.fc1(self.norm2(x)), training=training)
         y = self.mlp_dropout2(self.fc2(y), training=training)

@@ -10,7 +10,13 @@ Keras; `ViT`, `resize_model` and `distilled_heads` are imported when first used.
 
 import importlib
 
-from keras_vit.model.family import ONE_D_WEIGHTS, TRANSFORMER_QUANTIZATION_GROUPS, Family
+from keras_vit.model.family import (
+    ONE_D_WEIGHTS,
+    TRANSFORMER_LAYOUT,
+    TRANSFORMER_LORA_TARGETS,
+    TRANSFORMER_QUANTIZATION_GROUPS,
+    Family,
+)
 from keras_vit.model.vit import complexity
 from keras_vit.model.vit.architecture import Architecture
 from keras_vit.model.vit.configs import MODEL_CONFIGS
@@ -34,6 +40,13 @@ class ViTFamily(Family):
         **TRANSFORMER_QUANTIZATION_GROUPS,
         "residual adds": ((r"/block_\d+(_\d+)?/add(_\d+)?(;|$)", "ADD"),),
     }
+    head_layers = ("head", "head_dist", "pre_logits")
+    lora_targets = TRANSFORMER_LORA_TARGETS
+    model_parallel_layout = {
+        "patch_encoder/projection/kernel": (None, None, None, "model"),
+        **TRANSFORMER_LAYOUT,
+        "head_dist/kernel": ("model", None),
+    }
 
     def columns(self, name):
         entry = self.configs[name]
@@ -53,6 +66,9 @@ class ViTFamily(Family):
         groups.update({f"block_{i}": i + 1 for i in range(model.depth)})
         groups["norm"] = model.depth
         return groups, model.depth + 1
+
+    def block_names(self, arguments):
+        return tuple(f"block_{i}" for i in range(arguments["depth"]))
 
     def attention_grid(self, model):
         return tuple(model.get_layer("patch_encoder").grid_size)

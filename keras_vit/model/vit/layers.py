@@ -10,7 +10,7 @@ import keras
 from keras import ops
 
 from keras_vit.model.checks import check_positive_int, check_rate
-from keras_vit.model.layers import DropPath, weight_initializer
+from keras_vit.model.layers import Block, DropPath, weight_initializer
 
 
 def _patch_grid(height, width, patch_size):
@@ -315,7 +315,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
-class TransformerBlock(keras.layers.Layer):
+class TransformerBlock(Block):
     """A pre-LayerNorm Transformer encoder block.
 
     `x + DropPath(Attention(LN(x)))`, then `x + DropPath(MLP(LN(x)))`, where
@@ -412,6 +412,11 @@ class TransformerBlock(keras.layers.Layer):
         return branch * ops.cast(getattr(self, which), branch.dtype)
 
     def call(self, x, training=None, return_attention_scores=False):
+        if return_attention_scores:  # inference only: nothing to recompute
+            return self._forward(x, training, return_attention_scores=True)
+        return self.forward_of(self._forward, x, training=training)
+
+    def _forward(self, x, training=None, return_attention_scores=False):
         attended = self.attention(
             self.norm1(x), training=training, return_attention_scores=return_attention_scores
         )
