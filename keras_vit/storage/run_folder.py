@@ -68,7 +68,14 @@ class DatasetSpec:
     def held_out(self, split=None):
         """`(dataset, split name)`: `split`, else the test split when there is one, else validation."""
         dataset = self.load()
-        return dataset, split or ("test" if "test" in dataset.splits else "validation")
+        split = split or ("test" if "test" in dataset.splits else "validation")
+        if not len(dataset[split]):
+            raise ValueError(
+                f"{self.name} has no held-out images here (no test/ or val/ folder, and the run held "
+                f"out none: --validation-split {self.validation_split:g}): pass --dataset a folder of "
+                f"other images of the same classes."
+            )
+        return dataset, split
 
 
 class RunFolder:

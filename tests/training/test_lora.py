@@ -1,0 +1,118 @@
+"""LoRA: Keras' low-rank adapters on the blocks the family names, the rest of the backbone
+frozen, the head trained, and a merged model saved; backups that resume the adapters exactly."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+from conftest import TINY, TINY_MODEL
+
+import keras_vit
+from keras_vit.storage.saving import save_model
+
+TINY_SWIN = dict(image_size=32, embed_dim=16, depths=(1, 1), num_heads=(1, 2), window_size=4, num_classes=10)
+
+
+def _tiny(family):
+    if family == "vit":
+        return keras_vit.create_model("vit_nano_patch4_32", **TINY)
+    return keras_vit.create_model("swin_tiny_patch4_window7_224", **TINY_SWIN)
+
+
+def _adapted_parameters(model, rank, paths):
+    """rank x (inputs + outputs) for each adapted Dense layer, and the whole head."""
+    count = 0
+    for variable in model.weights:
+        layer = variable.path.rsplit("/", 1)[0]
+        if variable.path.endswith("/kernel") and layer.endswith(paths) and "lora" not in variable.path:
+            count += rank * sum(variable.shape)
+    head = model.get_layer("head")
+    return count + sum(int(np.prod(v.shape)) for v in head.weights)
+
+
+@pytest.mark.parametrize("family", ["vit", "swin"])
+def test_lora_trains_only_adapters_and_head_and_saves_a_merged_model(family, tmp_path):
+    model = _tiny(family)
+    keras_vit.enable_lora(model, 2, targets=("attention", "mlp"))
+    adapted = ("attention/qkv", "attention/proj", "fc1", "fc2")
+    trainable = sum(int(np.prod(v.shape)) for v in model.trainable_weights)
+    assert trainable == _adapted_parameters(model, 2, adapted)
+
+    before = {v.path: np.array(v) for v in model.weights}
+    model.compile(keras.optimizers.AdamW(1e-2), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    images = np.random.default_rng(0).uniform(0, 255, (4, 32, 32, 3)).astype("float32")
+    model.fit(images, np.arange(4), epochs=1, batch_size=4, verbose=0)  # one step
+    moved = {v.path for v in model.weights if not np.array_equal(np.array(v), before[v.path])}
+    assert moved and all("lora_kernel" in path or path.startswith("head/") for path in moved), moved
+    assert any(path.endswith("lora_kernel_b") for path in moved) and "head/kernel" in moved
+
+    unmerged = np.asarray(model(images))
+    save_model(model, tmp_path / "merged.keras")
+    merged = keras.models.load_model(tmp_path / "merged.keras")
+    assert not any("lora" in v.path for v in merged.weights)
+    np.testing.assert_allclose(np.asarray(merged(images)), unmerged, atol=1e-5)
+
+
+def test_lora_on_vit_b16_trains_half_a_percent_of_it():
+    """ViT-B/16 at rank 8 on QKV and the attention output, with a 10-class head: 450,058 of its
+    parameters train (the README's figure)."""
+    model = keras_vit.create_model("vit_base_patch16_224", num_classes=10)
+    keras_vit.enable_lora(model, 8)
+    trainable = sum(int(np.prod(v.shape)) for v in model.trainable_weights)
+    assert trainable == _adapted_parameters(model, 8, ("attention/qkv", "attention/proj")) == 450_058
+
+
+def test_lora_refuses_what_it_cannot_adapt_in_one_line():
+    model = _tiny("vit")
+    with pytest.raises(ValueError, match="Unknown LoRA target norm for a vit model; targets: attention, mlp"):
+        keras_vit.enable_lora(model, 2, targets=("norm",))
+    with pytest.raises(ValueError, match="at least 1"):
+        keras_vit.enable_lora(model, 0)
+    keras_vit.enable_lora(model, 2)
+    with pytest.raises(ValueError, match="already enabled"):
+        keras_vit.enable_lora(model, 2)
+
+
+def _env(backend):
+    return dict(os.environ, KERAS_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="3")
+
+
+def test_a_lora_run_on_jax_resumes_its_adapters_exactly_after_sigkill_and_exports_verified(
+    colors_dataset, tmp_path, kill_after_two_epochs
+):
+    """Killed after two epochs and started again, a `--lora-rank` run ends with the weights of an
+    uninterrupted one: its backups hold the adapters and their moments, not the merged kernel."""
+
+    def command(run):
+        return [
+            sys.executable, "-m", "keras_vit", "train", "--dataset", colors_dataset, "--output", str(run),
+            "--epochs", "4", "--batch-size", "8", "--validation-split", "0", "--backup-every-steps", "3",
+            "--learning-rate", "3e-3", "--lora-rank", "2", "--lora-targets", "attention,mlp",
+            *[f"--override={k}={v}" for k, v in TINY_MODEL.items()],
+        ]  # fmt: skip
+
+    whole = subprocess.Popen(command(tmp_path / "whole"), env=_env("jax"), stderr=subprocess.PIPE, text=True)
+    kill_after_two_epochs(command(tmp_path / "killed"), _env("jax"), tmp_path / "killed")
+    resumed = subprocess.run(command(tmp_path / "killed"), env=_env("jax"), capture_output=True, text=True)
+    assert resumed.returncode == 0 and whole.wait(timeout=300) == 0, resumed.stderr[-3000:]
+    summary = json.loads((tmp_path / "killed" / "history.json").read_text())
+    assert summary["optimizer_steps"] == summary["steps"] == 4 * (72 // 8)
+    finished = [keras.models.load_model(tmp_path / run / "model.keras") for run in ("whole", "killed")]
+    for a, b in zip(*(m.weights for m in finished), strict=True):
+        np.testing.assert_allclose(np.array(a), np.array(b), atol=1e-6, err_msg=a.path)
+
+    held_out = tmp_path / "held_out"
+    shutil.copytree(colors_dataset, held_out / "val")  # the run held none out
+    exported = subprocess.run(
+        [sys.executable, "-m", "keras_vit", "export", str(tmp_path / "killed"), "--output",
+         str(tmp_path / "exports"), "--format", "tflite", "--quantize", "none", "--dataset", str(held_out),
+         "--json"],
+        env=_env("tensorflow"), capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert exported.returncode == 0, exported.stderr[-3000:]
+    assert json.loads(exported.stdout)["verification"]["results"]["tflite_fp32"]["meets_target"]

@@ -1,0 +1,239 @@
+"""Bigger models and more machines on JAX, on this CPU: two processes on 127.0.0.1 (gloo
+collectives), weights sharded over 4 host devices, rematerialisation.
+
+Each case runs in its own processes (Keras reads the backend once per process, and JAX's device
+count and distributed runtime are set before it starts), with the suite's tiny model.
+"""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+from conftest import TINY_MODEL
+
+pytest.importorskip("jax")
+
+TINY_FLAGS = [f"--override={k}={v}" for k, v in TINY_MODEL.items()]
+JOB = (
+    "KERAS_DISTRIBUTION_JOB_ADDRESSES",
+    "KERAS_DISTRIBUTION_NUM_PROCESSES",
+    "KERAS_DISTRIBUTION_PROCESS_ID",
+)
+
+
+def _env(backend="jax", **extra):
+    env = {k: v for k, v in os.environ.items() if k not in JOB}
+    return dict(env, KERAS_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="3", **extra)
+
+
+def _cli(*args):
+    return [sys.executable, "-m", "keras_vit", *args]
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize(
+    "backend, strategy, job, says",
+    [
+        ("jax", "multi-worker", {}, "KERAS_DISTRIBUTION_JOB_ADDRESSES and KERAS_DISTRIBUTION_NUM_PROCESSES"),
+        (
+            "jax",
+            "multi-worker",
+            {JOB[0]: "127.0.0.1:1234,127.0.0.1:1235", JOB[1]: "3", JOB[2]: "0"},
+            "lists 2 addresses and KERAS_DISTRIBUTION_NUM_PROCESSES is 3",
+        ),
+        ("jax", "multi-worker", {JOB[0]: "127.0.0.1:1234", JOB[1]: "2", JOB[2]: "2"}, "from 0 to"),
+        ("tensorflow", "model-parallel", {}, "needs KERAS_BACKEND=jax"),
+    ],
+)
+def test_a_job_that_cannot_start_is_refused_in_one_line_before_anything_is_built(
+    colors_dataset, tmp_path, backend, strategy, job, says
+):
+    result = subprocess.run(
+        _cli("train", "--dataset", colors_dataset, "--output", str(tmp_path / "run"), "--strategy", strategy),
+        env={**_env(backend), **job}, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert result.stderr.strip().count("\n") == 0 and says in result.stderr, result.stderr
+    assert not (tmp_path / "run").exists()
+
+
+# One process of a job (or a run alone): trains with `train` and writes its final weights.
+PROCESS = """
+import json, sys
+import numpy as np
+from keras_vit.training.train import train
+from keras_vit.training.config import TrainConfig
+run = train(TrainConfig(**json.loads(sys.argv[1])))
+np.savez(sys.argv[2], *run.model.get_weights())
+print(json.dumps({k: run.summary[k] for k in ("steps", "optimizer_steps", "history")}))
+"""
+
+
+def _weights(path):
+    with np.load(path) as saved:
+        return [saved[f"arr_{i}"] for i in range(len(saved.files))]
+
+
+def test_two_jax_processes_train_as_one_stop_together_when_one_is_killed_and_resume_exactly(
+    colors_dataset, tmp_path
+):
+    """Two processes on 127.0.0.1, one CPU device each, gloo collectives: each reads half of every
+    global batch of 8, and only process 0 writes the shared run folder. Killed mid-run, the other
+    process stops with one line; both started again resume from the backup and end with the same
+    weights, equal to one process's with the same global batch."""
+    settings = dict(
+        dataset=colors_dataset, epochs=3, batch_size=8, validation_split=0.25, backup_every_steps=2,
+        overrides=TINY_MODEL, dropout=0.1,
+    )  # fmt: skip
+    run = tmp_path / "job"
+    port = _free_port()
+    job = {JOB[0]: f"127.0.0.1:{port}", JOB[1]: "2"}
+    command = _cli(
+        "train", "--dataset", colors_dataset, "--output", str(run), "--epochs", "3", "--batch-size", "8",
+        "--validation-split", "0.25", "--backup-every-steps", "2", "--dropout", "0.1", *TINY_FLAGS,
+        "--strategy", "multi-worker",
+    )  # fmt: skip
+    processes = [
+        subprocess.Popen(
+            command,
+            env={**_env(), **job, JOB[2]: str(i)},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(2)
+    ]
+    alone = subprocess.Popen(  # the reference, meanwhile: one process, one device
+        [sys.executable, "-c", PROCESS, json.dumps(dict(settings, output=str(tmp_path / "alone"))),
+         str(tmp_path / "alone.npz")],
+        env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    record = run / "backup" / "training_metadata.json"
+    deadline = time.time() + 240
+    while not record.exists() and time.time() < deadline and processes[1].poll() is None:
+        time.sleep(0.1)
+    assert record.exists() and processes[1].poll() is None, "no backup before the job ended"
+    processes[1].send_signal(signal.SIGKILL)
+    killed = time.time()
+    _, stderr = processes[0].communicate(timeout=120)
+    assert processes[0].returncode == 1
+    assert time.time() - killed < 60  # JAX's heartbeat (10 s) notices it
+    assert "process 0 of 2 stopped: another process of the job stopped" in stderr
+    assert stderr.strip().count("\n") == 0, stderr  # one line: no traceback, no native abort
+    assert not (run / "history.json").exists()
+
+    # Both started again: they resume from the backup and finish.
+    resumed = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                PROCESS,
+                json.dumps(dict(settings, output=str(run), strategy="multi-worker")),
+                str(tmp_path / f"process{i}.npz"),
+            ],
+            env={**_env(), **job, JOB[2]: str(i)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )  # fmt: skip
+        for i in range(2)
+    ]
+    outputs = [p.communicate(timeout=300) for p in [*resumed, alone]]
+    for process, (_, err) in zip([*resumed, alone], outputs, strict=True):
+        assert process.returncode == 0, err[-3000:]
+    summaries = [json.loads(out.strip().splitlines()[-1]) for out, _ in outputs]
+    assert all(s["optimizer_steps"] == s["steps"] == 3 * (54 // 8) for s in summaries)
+    np.testing.assert_allclose(summaries[0]["history"]["loss"], summaries[2]["history"]["loss"], rtol=1e-4)
+    first, second, one = (_weights(tmp_path / f"{name}.npz") for name in ("process0", "process1", "alone"))
+    for a, b, c in zip(first, second, one, strict=True):
+        np.testing.assert_array_equal(a, b)
+        np.testing.assert_allclose(a, c, atol=1e-4)
+    assert json.loads((run / "history.json").read_text())["steps"] == 3 * (54 // 8)  # written by process 0
+
+
+# One process with 4 host devices: one device, the same with --remat, then model-parallel; the
+# model-parallel run's shardings.
+ON_FOUR_DEVICES = """
+import json, sys
+import jax
+from keras_vit.training.train import train
+from keras_vit.training.config import TrainConfig
+from keras_vit.model import registry
+report = {"devices": jax.device_count()}
+for name, extra in [("one", {"strategy": "one-device"}), ("remat", {"strategy": "one-device", "remat": True}),
+                    ("sharded", {"strategy": "model-parallel", "model_parallel": 2})]:
+    run = train(TrainConfig(**json.loads(sys.argv[1]), output=sys.argv[2] + "/" + name, **extra))
+    report[name] = run.summary["history"]["loss"]
+    if name == "sharded":
+        layout = registry.family_of(run.model).model_parallel_layout
+        report["shards"] = {
+            v.path: [list(v.value.shape), [list(s.data.shape) for s in v.value.addressable_shards]]
+            for v in [*run.model.weights, *run.training_model.optimizer.variables] if len(v.shape)
+        }
+print(json.dumps(report))
+"""
+
+
+def test_model_parallel_shards_weights_and_moments_over_four_devices_and_remat_changes_no_loss(
+    colors_dataset, tmp_path
+):
+    """`--strategy model-parallel --model-parallel 2` on 4 host devices: a 2 x 2 mesh, each device
+    holding half of every sharded kernel and of its optimizer moments, the rest replicated; the
+    losses equal one device's. `--remat` recomputes the blocks with dropout and stochastic depth
+    on: the same losses. The sharded run's model.keras exports under TensorFlow, verified."""
+    settings = dict(
+        dataset=colors_dataset, epochs=2, batch_size=8, validation_split=0.25, overrides=TINY_MODEL,
+        dropout=0.1, drop_path_rate=0.1, steps_per_epoch=3, crop="none",
+    )  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-c", ON_FOUR_DEVICES, json.dumps(settings), str(tmp_path)],
+        env=_env(XLA_FLAGS="--xla_force_host_platform_device_count=4"),
+        capture_output=True, text=True, timeout=400,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert report["devices"] == 4
+    np.testing.assert_allclose(report["remat"], report["one"], rtol=1e-5)
+    np.testing.assert_allclose(report["sharded"], report["one"], rtol=1e-4)
+
+    # The family's layout: the patch projection, each block's QKV, attention output and MLP
+    # kernels, and the head's; an optimizer moment is named after its weight.
+    sharded_kernels = (
+        "projection/kernel",
+        "qkv/kernel",
+        "proj/kernel",
+        "fc1/kernel",
+        "fc2/kernel",
+        "head/kernel",
+    )
+    sharded = 0
+    for path, (shape, shards) in report["shards"].items():
+        assert len(shards) == 4  # a piece on each device
+        moment = path.startswith("adam") and path.endswith(("_momentum", "_velocity"))
+        weight = path.split("/", 1)[1].rsplit("_", 1)[0].replace("_", "/") if moment else path
+        if weight.endswith(sharded_kernels):
+            sharded += 1
+            assert all(np.prod(piece) * 2 == np.prod(shape) for piece in shards), (path, shards)
+        else:
+            assert all(piece == shape for piece in shards), (path, shards)  # replicated
+    assert sharded == 3 * (2 + 4 * TINY_MODEL["depth"])  # each kernel, with its two moments
+
+    exported = subprocess.run(
+        _cli("export", str(tmp_path / "sharded"), "--output", str(tmp_path / "exports"), "--format", "tflite",
+             "--quantize", "none", "--json"),
+        env=_env("tensorflow"), capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert exported.returncode == 0, exported.stderr[-3000:]
+    assert json.loads(exported.stdout)["verification"]["results"]["tflite_fp32"]["meets_target"]
