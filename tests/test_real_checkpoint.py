@@ -141,6 +141,30 @@ def test_fine_tuned_real_vit_keeps_its_transform_and_exports_verified(
     assert np.abs(logits - np.asarray(model(pixels))).max() < 1e-4
 
 
+def test_lora_on_the_real_vit_keeps_the_checkpoints_frozen_weights_bit_for_bit(real_vit_ti, photos, tmp_path):
+    """`--lora-rank 4` from the pretrained name on TensorFlow: the saved model (adapters merged)
+    holds the checkpoint's every weight but the head's, bit for bit, and its QKV and attention
+    output kernels moved by a matrix of rank 4 at most."""
+    run = tmp_path / "run"
+    argv = [
+        "train", "--dataset", photos, "--weights", NAME, "--output", str(run), "--epochs", "1",
+        "--batch-size", "4", "--validation-split", "0", "--no-jit-compile", "--lora-rank", "4",
+        "--learning-rate", "1e-2",
+    ]  # fmt: skip
+    assert main(argv) == 0
+    tuned = {v.path: np.array(v) for v in load_trained_model(run).weights}
+    checkpoint = {v.path: np.array(v) for v in keras_vit.create_model(NAME, pretrained=True).weights}
+    assert set(tuned) == set(checkpoint)
+    adapted = [path for path in tuned if path.endswith(("attention/qkv/kernel", "attention/proj/kernel"))]
+    assert len(adapted) == 2 * 12
+    for path in adapted:
+        change = tuned[path] - checkpoint[path]
+        assert 0 < np.linalg.matrix_rank(change, tol=1e-6) <= 4, path
+    frozen = [path for path in tuned if path not in adapted and not path.startswith("head/")]
+    for path in frozen:
+        assert np.array_equal(tuned[path], checkpoint[path]), path
+
+
 @pytest.fixture(scope="module")
 def real_export(real_vit_ti, photos, tmp_path_factory):
     """`keras-vit export NAME` on ImageNet photos: fp32 and int8 `.tflite`, verified on the 12 and
