@@ -16,6 +16,9 @@ from keras_vit.model.swin import complexity
 from keras_vit.model.swin.architecture import Architecture
 from keras_vit.model.swin.configs import MODEL_CONFIGS
 
+# An op of a Swin block (`stage_0_block_1`), by the names the converter gives it.
+_BLOCK = r"/stage_\d+_block_\d+(_\d+)?/"
+
 
 class SwinFamily(Family):
     name = "swin"
@@ -29,11 +32,32 @@ class SwinFamily(Family):
     has_attention_maps = False
     # timm's no_weight_decay (the bias tables) and its 1-d rule: norms and biases.
     no_weight_decay = (*ONE_D_WEIGHTS, "relative_position_bias_table")
+    # The Swin's own op groups, by the names its layers give their ops in the fp32 .tflite (no
+    # [cls] token; windows, a shift and patch merging instead). The converter names a block's
+    # output projection after the reshape that follows it (`stage_0_block_1/Reshape_2`), so it is
+    # the block's FULLY_CONNECTED that is neither QKV nor the MLP's.
     quantization_groups = {
-        "patch projection": ((r"/patch_embed(_\d+)?/", "CONV_2D"),),
-        **TRANSFORMER_QUANTIZATION_GROUPS,
-        "patch merging": ((r"/stage_\d+_merging(_\d+)?/", "FULLY_CONNECTED"),),
-        "residual adds": ((r"/stage_\d+_block_\d+(_\d+)?/add(_\d+)?(;|$)", "ADD"),),
+        "patch embedding": ((r"/patch_embed(_\d+)?/", "CONV_2D"),),
+        "QKV projections": ((r"/attention(_\d+)?/qkv(_\d+)?/", "FULLY_CONNECTED"),),
+        "out projections": ((_BLOCK + r"(?!fc[12](_\d+)?/|attention(_\d+)?/qkv)", "FULLY_CONNECTED"),),
+        "attention matmuls": TRANSFORMER_QUANTIZATION_GROUPS["attention matmuls"],
+        "position bias add": ((r"/attention(_\d+)?/add_1(;|$)", "ADD"),),
+        # The cyclic shift (slices and concatenations) and back, and the shift mask's add.
+        "shift and mask": (
+            (_BLOCK + r"(split|concat)(_\d+)?(;|$)", "*"),
+            (r"/attention(_\d+)?/add_2(;|$)", "ADD"),
+        ),
+        "softmax": TRANSFORMER_QUANTIZATION_GROUPS["softmax"],
+        "patch merging reduction": ((r"/stage_\d+_merging(_\d+)?/reduction", "FULLY_CONNECTED"),),
+        "MLP projections": TRANSFORMER_QUANTIZATION_GROUPS["MLP projections"],
+        "GELU": TRANSFORMER_QUANTIZATION_GROUPS["GELU"],
+        "residual adds": ((_BLOCK + r"add(_\d+)?(;|$)", "ADD"),),
+        "LayerNorm statistics": TRANSFORMER_QUANTIZATION_GROUPS["LayerNorm statistics"],
+        "LayerNorm normalisation": TRANSFORMER_QUANTIZATION_GROUPS["LayerNorm normalisation"],
+        "pooling and head": (
+            (r"/pooling(_\d+)?/", "MEAN"),
+            *TRANSFORMER_QUANTIZATION_GROUPS["head"],
+        ),
     }
 
     def columns(self, name):
