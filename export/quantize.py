@@ -3,8 +3,9 @@
 A recipe is a list of `Rule`s, each naming ops (a regex on the op's output tensor name and a
 TFLite op type) and the bits of their activations, or `None` to keep them in float; the last
 matching rule wins, and an op no rule matches stays in float. Weights are int8 per channel
-everywhere. `benchmarks/int8_sensitivity.py` measures what each op group costs in int8, and the
-recipes below follow from its table (`docs/benchmarks/int8.md`).
+everywhere. `benchmarks/int8_sensitivity.py` measures what each op group of a model's family
+costs in int8, and each family declares the recipes that follow from its table
+(`Family.quantization_recipes`, `docs/benchmarks/int8.md`); `recipes` turns them into rules.
 
 Calibration takes each tensor's minimum and maximum over all the calibration images. The
 quantizer's own `calibrate()` keeps a moving average of every image's min and max instead, which
