@@ -1,6 +1,7 @@
 """A Swin through export: every format and the float and dynamic-range TFLite variants verified
 against Keras, builtin ops only with no transpose above 5-D (the shift is slices and a
-concatenation, not ROLL), MediaPipe's ImageClassifier reading it, and `--attention` refused."""
+concatenation, not ROLL), MediaPipe's ImageClassifier reading it, `--attention` refused, and the
+Swin's own quantisation op groups and integer recipes."""
 
 import os
 
