@@ -4,6 +4,7 @@ and measures it.
 For a trained model: the fp32 `.tflite` (uint8 pixels in, as `keras-vit export` writes it) is
 calibrated once (min/max over the calibration images), then quantised by one recipe per row:
 - everything in int8, and everything with int16 activations;
+- dynamic-range int8 in every FULLY_CONNECTED, with min/max and with rotated weights;
 - each op group of the model's family (`quantize.groups(family)`) alone in int8, the rest in float;
 - everything in int8 but that group (kept in float);
 - on the 16-bit base (`quantize.base_16(family)`: int16 activations, LayerNorm's statistics in
@@ -65,7 +66,11 @@ def recipes(model, skip_16_bit=False):
     family = registry.family_of(model)
     groups = quantize.groups(family)
     rows = [("everything int8", quantize.INT8), ("everything int16", quantize.INT16)]
-    rows.append(("everything dynamic-range int8", quantize.recipes(family)["dynamic"]))
+    # Dynamic-range int8 (activations quantised token by token at run time) in every projection,
+    # with min/max weights and with Hadamard-rotated ones (`quantize.ROTATED`).
+    for name, algorithm in (("min/max", "min_max_uniform_quantize"), ("rotated", quantize.ROTATED)):
+        rules = (quantize.Rule(".*", "FULLY_CONNECTED", quantize.DYNAMIC, algorithm), *quantize.FLOAT_IO)
+        rows.append((f"dynamic-range int8 projections, {name} weights", rules))
     for group, rules in groups.items():
         rows.append((f"only {group} int8", (*rules, *quantize.FLOAT_IO)))
     for group, rules in groups.items():

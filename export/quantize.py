@@ -3,8 +3,9 @@
 A recipe is a list of `Rule`s, each naming ops (a regex on the op's output tensor name and a
 TFLite op type) and the bits of their activations, or `None` to keep them in float; the last
 matching rule wins, and an op no rule matches stays in float. Weights are int8 per channel
-everywhere. `benchmarks/int8_sensitivity.py` measures what each op group costs in int8, and the
-recipes below follow from its table (`docs/benchmarks/int8.md`).
+everywhere. `benchmarks/int8_sensitivity.py` measures what each op group of a model's family
+costs in int8, and each family declares the recipes that follow from its table
+(`Family.quantization_recipes`, `docs/benchmarks/int8.md`); `recipes` turns them into rules.
 
 Calibration takes each tensor's minimum and maximum over all the calibration images. The
 quantizer's own `calibrate()` keeps a moving average of every image's min and max instead, which
@@ -23,6 +24,7 @@ import numpy as np
 
 from keras_vit import framework_logs
 from keras_vit.export import tflite_graph
+from keras_vit.model.family import Family
 
 
 @contextlib.contextmanager
@@ -112,25 +114,56 @@ def base_16(family):
     return (*INT16, *with_bits(groups(family).get("LayerNorm statistics", ()), None))
 
 
-# What `keras-vit export --quantize` ships, chosen on a real checkpoint (docs/benchmarks/int8.md:
-# timm's ViT-Ti/16, augreg in21k -> in1k, 394 ImageNet photos). From its block 7 on, one channel
-# of the residual stream reaches -585 where the others stay within +-40, and LayerNorm passes it
-# on to the projections' inputs. Static int8 activations cost a point of agreement or more
-# wherever they go (added to the recipe below, in the head alone: 98.5%; in blocks 0-6's QKV and
-# output projections: 95.7%), and dynamic-range int8 with min/max weights agrees on 98.0%.
-# Rotating each projection's input and kernel first (`ROTATED`) gives 99.5%, with the patch
-# projection in float (rotated projections and a dynamic-range patch projection: 98.5%).
-# `dynamic` takes float32 pixels, `int8` the integer variants' input (uint8 pixels by default);
-# both compute every FULLY_CONNECTED projection int8 by int8 (XNNPACK's dynamic-range kernels).
-# `int16x8` is the 16-bit base.
+# What `keras-vit export --quantize` ships is the model family's (`Family.quantization_recipes`,
+# each read from the family's sensitivity table in docs/benchmarks/int8.md); a model keras-vit
+# did not build gets the base `Family`'s. The ViT's, chosen on a real checkpoint (timm's ViT-Ti/16,
+# augreg in21k -> in1k, 394 ImageNet photos): from its block 7 on, one channel of the residual
+# stream reaches -585 where the others stay within +-40, and LayerNorm passes it on to the
+# projections' inputs. Static int8 activations cost a point of agreement or more wherever they go
+# (added to the recipe below, in the head alone: 98.5%; in blocks 0-6's QKV and output
+# projections: 95.7%), and dynamic-range int8 with min/max weights agrees on 98.0%. Rotating each
+# projection's input and kernel first (`ROTATED`) gives 99.5%, with the patch projection in float
+# (rotated projections and a dynamic-range patch projection: 98.5%). `dynamic` takes float32
+# pixels, `int8` the integer variants' input (uint8 pixels by default); both compute every
+# FULLY_CONNECTED projection int8 by int8 (XNNPACK's dynamic-range kernels). `int16x8` is the
+# 16-bit base.
 ROTATED_DYNAMIC = (Rule(".*", "FULLY_CONNECTED", DYNAMIC, ROTATED), *FLOAT_IO)
 # The variants made by this module's recipes (the others by the TFLite converter).
 RECIPE_VARIANTS = ("dynamic", "int8", "int16x8")
+# A family recipe step's activations: (bits, weight algorithm).
+ACTIVATIONS = {
+    "int8": (8, "min_max_uniform_quantize"),
+    "int16": (16, "min_max_uniform_quantize"),
+    "float": (None, "min_max_uniform_quantize"),
+    "dynamic": (DYNAMIC, "min_max_uniform_quantize"),
+    "rotated dynamic": (DYNAMIC, ROTATED),
+}
+
+
+def family_rules(family, steps):
+    """The rules of a family's recipe, `((ops, activations), ...)` as `Family.quantization_recipes`
+    declares it: each step's ops (a group of `family`, or one `(pattern, op)` pair) with those
+    activations, in order, then the float input and output. A group the family does not have
+    (`family` None) adds nothing.
+
+    Raises:
+        ValueError: unknown activations.
+    """
+    named = groups(family)
+    rules = []
+    for ops, activations in steps:
+        if activations not in ACTIVATIONS:
+            raise ValueError(f"Unknown activations {activations!r}; choose from {', '.join(ACTIVATIONS)}.")
+        bits, algorithm = ACTIVATIONS[activations]
+        selected = named.get(ops, ()) if isinstance(ops, str) else (Rule(*ops, 8),)
+        rules.extend(dataclasses.replace(rule, algorithm=algorithm) for rule in with_bits(selected, bits))
+    return (*rules, *FLOAT_IO)
 
 
 def recipes(family):
-    """`{variant: rules}` for a model of `family`."""
-    return {"dynamic": ROTATED_DYNAMIC, "int8": ROTATED_DYNAMIC, "int16x8": base_16(family)}
+    """`{variant: rules}` for a model of `family` (None: a model keras-vit did not build)."""
+    declared = family.quantization_recipes if family else Family.quantization_recipes
+    return {variant: family_rules(family, declared[variant]) for variant in RECIPE_VARIANTS}
 
 
 def _op_config(activation_bits):

@@ -86,6 +86,20 @@ class Family:
     # `{variable-path pattern: axes}`: what `--strategy model-parallel` shards over the "model"
     # axis (a Keras `LayoutMap`; `TRANSFORMER_LAYOUT` and the family's stem).
     model_parallel_layout = {}
+    # `{variant: ((ops, activations), ...)}`: what `keras-vit export --quantize` ships for the
+    # variants made by quantisation recipes (`export.quantize.recipes`), read from the family's
+    # sensitivity table (docs/benchmarks/int8.md). Each step gives `ops` (a group's name, or an
+    # `(op-name pattern, TFLite op)` pair) `activations`: "int8", "int16", "float", "dynamic"
+    # (int8 weights, activations quantised at run time) or "rotated dynamic" (the same after a
+    # Hadamard rotation of the input and the kernel). Later steps win; an op no step names stays
+    # in float; weights are int8 per channel. These are the ViT's, chosen on timm's ViT-Ti/16:
+    # dynamic-range int8 in every projection after a rotation (its residual stream holds an
+    # outlier channel), and 16-bit activations with LayerNorm's statistics in float.
+    quantization_recipes = {
+        "dynamic": (((".*", "FULLY_CONNECTED"), "rotated dynamic"),),
+        "int8": (((".*", "FULLY_CONNECTED"), "rotated dynamic"),),
+        "int16x8": (((".*", "*"), "int16"), ("LayerNorm statistics", "float")),
+    }
 
     # --- configs ---------------------------------------------------------------------------------
 
