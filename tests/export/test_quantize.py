@@ -179,20 +179,22 @@ def test_int8_and_dynamic_rotate_each_projections_input_and_quantise_it_at_run_t
 
 def test_the_strict_variant_computes_in_int16_with_int8_weights_and_no_op_in_float(classifier, calibrated):
     """The converter's 16x8 integer-only mode: every activation int16, every weight int8, uint8
-    pixels in (through an integer CAST) and uint8 probabilities out; LayerNorm without NEG; and
-    attention's matmuls as one 16x8 FULLY_CONNECTED per head, with int8 keys and values as weights."""
+    pixels in (through an integer CAST) and uint8 probabilities out; LayerNorm without NEG, its
+    means as FULLY_CONNECTED ops; and attention's matmuls as one 16x8 FULLY_CONNECTED per head,
+    with int8 keys and values as weights."""
     from ai_edge_litert import schema_py_generated as schema
 
     flatbuffer = tflite.convert(classifier, "int8_strict", calibrated)
     assert tflite_graph.float_ops(flatbuffer) == []
     used = set(tflite_graph.operators(flatbuffer))
-    assert not used & {"NEG", "SQUARED_DIFFERENCE", "DEQUANTIZE", "BATCH_MATMUL"}
+    assert not used & {"NEG", "SQUARED_DIFFERENCE", "DEQUANTIZE", "BATCH_MATMUL", "MEAN"}
     weighted = [
         (op, g) for name, op, g in tflite_graph.ops(flatbuffer) if name in ("FULLY_CONNECTED", "CONV_2D")
     ]
     constant = [(op, g) for op, g in weighted if g.Tensors(op.Inputs(1)).Buffer() > 0]
-    # qkv, proj, fc1, fc2 per block; head; patches; and q k^T and p v per head and block.
-    assert len(constant) == 4 * TINY["depth"] + 2
+    # qkv, proj, fc1, fc2 per block; head; patches; LayerNorm's three means (two per block and
+    # the final one); and q k^T and p v per head and block.
+    assert len(constant) == 4 * TINY["depth"] + 2 + 3 * (2 * TINY["depth"] + 1)
     assert len(weighted) - len(constant) == 2 * TINY["num_heads"] * TINY["depth"]
     for op, graph in weighted:
         assert graph.Tensors(op.Inputs(0)).Type() == schema.TensorType.INT16
@@ -281,6 +283,62 @@ def test_the_integer_graph_computes_keras_layer_norm_and_gelu_on_a_massive_activ
     np.testing.assert_allclose(rewritten[1], expected[1], rtol=1e-6, atol=1e-4)
     for layer, before in zip((norm, mlp), expected, strict=True):
         np.testing.assert_array_equal(keras.ops.convert_to_numpy(layer(x)), before)
+
+
+def test_only_gelus_whose_inputs_reach_beyond_the_table_range_are_clipped_in_the_integer_graph():
+    """`gelu_input_ranges` measures each GELU's input in Keras; `integer_graph(ranges)` clips
+    (MINIMUM, MAXIMUM) only the layers whose inputs reach beyond `GELU_TABLE_RANGE`."""
+    import tensorflow as tf
+
+    rng = np.random.default_rng(6)
+    inputs = keras.Input((4,))
+    narrow = keras.layers.Dense(4, activation="gelu", name="narrow")
+    wide = keras.layers.Dense(4, activation="gelu", name="wide")
+    model = keras.Model(inputs, wide(narrow(inputs)))
+    narrow.kernel.assign(rng.uniform(-1, 1, (4, 4)).astype(np.float32))
+    wide.kernel.assign(100 * np.eye(4, dtype=np.float32))  # inputs of up to 100 times GELU(narrow)
+    images = rng.uniform(0, 4, (20, 4)).astype(np.float32)
+    ranges = tflite.gelu_input_ranges(model, images)
+    assert ranges[narrow.path] <= tflite.GELU_TABLE_RANGE < ranges[wide.path]
+
+    def clips(gelu_ranges):
+        with tflite.integer_graph(gelu_ranges):
+            graph = tf.function(model).get_concrete_function(tf.TensorSpec((1, 4), tf.float32)).graph
+        return sum(op.type == "Minimum" for op in graph.get_operations())
+
+    assert clips(None) == 2 and clips(ranges) == 1
+
+
+def test_means_as_fully_connected_keeps_an_int16_mean_over_the_last_axis():
+    import tensorflow as tf
+
+    rng = np.random.default_rng(7)
+
+    @tf.function(input_signature=[tf.TensorSpec((1, 6, 16), tf.float32)])
+    def centred(x):
+        return x - tf.reduce_mean(x, axis=-1, keepdims=True)
+
+    converter = tf.lite.TFLiteConverter.from_concrete_functions([centred.get_concrete_function()], centred)
+    converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    converter.representative_dataset = lambda: (
+        [rng.normal(size=(1, 6, 16)).astype(np.float32)] for _ in range(8)
+    )
+    converter.target_spec.supported_ops = [
+        tf.lite.OpsSet.EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8
+    ]
+    flatbuffer = converter.convert()
+    rewritten = tflite_graph.means_as_fully_connected(flatbuffer)
+    assert "MEAN" in tflite_graph.operators(flatbuffer) and "MEAN" not in tflite_graph.operators(rewritten)
+    x = 0.5 * rng.normal(size=(1, 6, 16)).astype(np.float32)
+    results = []
+    for model in (flatbuffer, rewritten):
+        interpreter = Interpreter(model_content=model)
+        interpreter.allocate_tensors()
+        interpreter.set_tensor(interpreter.get_input_details()[0]["index"], x)
+        interpreter.invoke()
+        results.append(interpreter.get_tensor(interpreter.get_output_details()[0]["index"]))
+    expected = x - x.mean(-1, keepdims=True)
+    assert np.abs(results[1] - expected).max() <= np.abs(results[0] - expected).max() + 1e-3
 
 
 def test_int8_input_float32_gives_integer_variants_that_take_float_pixels(classifier, calibrated):
