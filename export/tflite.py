@@ -33,6 +33,8 @@ class UnsupportedOpError(ValueError):
 
 # Training images the integer variants are calibrated on, by default.
 CALIBRATION_IMAGES = 200
+# Of those, the ones the strict variant's per-head int8 keys and values are ranged on.
+HEAD_CALIBRATION_IMAGES = 100
 
 
 def _converter(classifier, folder, outputs=None, input_dtype="float32"):
@@ -125,10 +127,14 @@ def _convert_from_saved_model(classifier, variant, calibration, input_dtype):
     """fp32 and fp16 by the TFLite converter; and the strict variant, its full-integer 16x8 mode
     (int8 weights, int16 activations, no op in float) on the model traced with
     `integer_graph`, then given uint8 pixel bytes in and uint8 probabilities out
-    (`tflite_graph.integer_io`)."""
+    (`tflite_graph.integer_io`), with LayerNorm's means and attention's matmuls per head as
+    FULLY_CONNECTED ops (`tflite_graph.means_as_fully_connected`, `per_head_matmuls`)."""
     strict = variant == "int8_strict"
     with tempfile.TemporaryDirectory(prefix="keras-vit-tflite-") as folder:
-        with integer_graph() if strict else contextlib.nullcontext():
+        gelu_ranges = (
+            gelu_input_ranges(classifier.model, calibration.representative_images) if strict else None
+        )
+        with integer_graph(gelu_ranges) if strict else contextlib.nullcontext():
             converter = _converter(classifier, folder, input_dtype="float32" if strict else input_dtype)
         converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
         converter.allow_custom_ops = False
@@ -160,16 +166,57 @@ def _convert_from_saved_model(classifier, variant, calibration, input_dtype):
                 ) from None
             raise
     if strict:
-        flatbuffer = tflite_graph.integer_io(flatbuffer)
+        flatbuffer = tflite_graph.means_as_fully_connected(tflite_graph.integer_io(flatbuffer))
+        # Attention per head in optimised 16x8 FULLY_CONNECTED kernels, each head's keys and
+        # values in int8 over their own calibrated range (docs/benchmarks/int8.md, fourth pass).
+        images = calibration.representative_images[:HEAD_CALIBRATION_IMAGES]
+        ranges = tflite_graph.head_ranges(tflite_graph.per_head_matmuls(flatbuffer), images)
+        flatbuffer = tflite_graph.per_head_matmuls(flatbuffer, ranges)
     return flatbuffer
 
 
 # GELU(x) is x to float32 precision above this and 0 below minus this (x * Phi(x); Phi(8) = 1 - 6e-16).
 GELU_SATURATION = 8.0
+# GELU inputs within this range keep Keras' plain GELU in the strict variant (one int16 table over
+# it); wider ones are clipped to +-GELU_SATURATION first (`integer_graph`). On timm's ViT-Ti, fc1's
+# inputs reach 8 to 19 in every block but block 7, where they reach 217.
+GELU_TABLE_RANGE = 32.0
+# Calibration images the GELU input ranges are measured on (in Keras, in batches of 16).
+GELU_RANGE_IMAGES = 64
+
+
+def gelu_input_ranges(model, images):
+    """`{layer path: max |input|}` of each Dense layer's GELU in `model` (its pre-activation) over
+    the first `GELU_RANGE_IMAGES` of `images`."""
+    from keras import ops
+
+    dense = keras.layers.Dense
+    dense_call, ranges = dense.call, {}
+
+    def record(self, inputs, training=None):
+        gelu = self.activation
+        if gelu not in (keras.activations.gelu, keras.activations.get("gelu")):
+            return dense_call(self, inputs, training=training)
+        self.activation = keras.activations.linear
+        try:
+            x = dense_call(self, inputs, training=training)
+        finally:
+            self.activation = gelu
+        value = float(ops.convert_to_numpy(ops.max(ops.abs(x))))
+        ranges[self.path] = max(ranges.get(self.path, 0.0), value)
+        return gelu(x)
+
+    dense.call = record
+    try:
+        for start in range(0, min(len(images), GELU_RANGE_IMAGES), 16):
+            model(images[start : min(start + 16, GELU_RANGE_IMAGES)], training=False)
+    finally:
+        dense.call = dense_call
+    return ranges
 
 
 @contextlib.contextmanager
-def integer_graph():
+def integer_graph(gelu_ranges=None):
     """Keras' LayerNormalization and GELU, traced (while this lasts) in forms that 16-bit integer
     kernels compute well: the same functions, in float to within float32 rounding (the model
     itself is not changed). Measured on timm's ViT-Ti (docs/benchmarks/int8.md), where from block 7
@@ -184,7 +231,9 @@ def integer_graph():
       epsilon scaled along), and normalised by the root mean square of that (97.0%).
     - GELU. An int16 GELU is a 513-entry table over the input's calibrated range: from block 7, fc1
       reaches 187, and steps of 0.4 blur GELU's bend near 0. `GELU(clip(x, -8, 8)) + relu(x - 8)`
-      keeps the table on [-8, 8] (97.9%).
+      keeps the table on [-8, 8] (97.9%). Its extra int16 ops (MINIMUM, MAXIMUM, two
+      requantisations, SUB, ADD) cost about 1.6 ms a block, so with `gelu_ranges`
+      (`gelu_input_ranges`) only the layers whose inputs reach beyond `GELU_TABLE_RANGE` take it.
     """
     from keras import ops
 
@@ -210,6 +259,8 @@ def integer_graph():
     def project(self, inputs, training=None):
         gelu = self.activation
         if gelu not in (keras.activations.gelu, keras.activations.get("gelu")):
+            return dense_call(self, inputs, training=training)
+        if gelu_ranges is not None and gelu_ranges.get(self.path, np.inf) <= GELU_TABLE_RANGE:
             return dense_call(self, inputs, training=training)
         self.activation = keras.activations.linear
         try:

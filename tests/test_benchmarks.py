@@ -280,3 +280,26 @@ def test_the_tflite_profile_times_every_op_alone_and_sums_them_per_type():
     assert all(ms > 0 for *_, ms in rows)
     table = tflite_profile.table(rows, whole_ms=tflite_profile.time_model(flatbuffer, runs=3))
     assert "| FULLY_CONNECTED | float32 | 1 |" in table and "sum of ops timed alone** | | 3 |" in table
+
+
+def test_tflite_latency_times_the_models_in_turns_and_names_the_cpu(tmp_path):
+    """`benchmarks/tflite_latency.py`: every model invoked `runs` times a round, each round."""
+    import tensorflow as tf
+    import tflite_latency
+
+    paths = []
+    for width in (4, 64):
+
+        @tf.function(input_signature=[tf.TensorSpec([1, width], tf.float32)])
+        def model(x):
+            return tf.nn.relu(x)
+
+        path = tmp_path / f"relu_{width}.tflite"
+        path.write_bytes(
+            tf.lite.TFLiteConverter.from_concrete_functions([model.get_concrete_function()], model).convert()
+        )
+        paths.append(str(path))
+    times = tflite_latency.alternate(paths, rounds=2, runs=3)
+    assert list(times) == paths and all(len(v) == 6 and min(v) > 0 for v in times.values())
+    name, flags = tflite_latency.cpu()
+    assert isinstance(name, str) and isinstance(flags, list)

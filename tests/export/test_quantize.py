@@ -179,17 +179,23 @@ def test_int8_and_dynamic_rotate_each_projections_input_and_quantise_it_at_run_t
 
 def test_the_strict_variant_computes_in_int16_with_int8_weights_and_no_op_in_float(classifier, calibrated):
     """The converter's 16x8 integer-only mode: every activation int16, every weight int8, uint8
-    pixels in (through an integer CAST) and uint8 probabilities out; LayerNorm without NEG."""
+    pixels in (through an integer CAST) and uint8 probabilities out; LayerNorm without NEG, its
+    means as FULLY_CONNECTED ops; and attention's matmuls as one 16x8 FULLY_CONNECTED per head,
+    with int8 keys and values as weights."""
     from ai_edge_litert import schema_py_generated as schema
 
     flatbuffer = tflite.convert(classifier, "int8_strict", calibrated)
     assert tflite_graph.float_ops(flatbuffer) == []
     used = set(tflite_graph.operators(flatbuffer))
-    assert not used & {"NEG", "SQUARED_DIFFERENCE", "DEQUANTIZE"}
+    assert not used & {"NEG", "SQUARED_DIFFERENCE", "DEQUANTIZE", "BATCH_MATMUL", "MEAN"}
     weighted = [
         (op, g) for name, op, g in tflite_graph.ops(flatbuffer) if name in ("FULLY_CONNECTED", "CONV_2D")
     ]
-    assert len(weighted) == 4 * TINY["depth"] + 2  # qkv, proj, fc1, fc2 per block; head; patches
+    constant = [(op, g) for op, g in weighted if g.Tensors(op.Inputs(1)).Buffer() > 0]
+    # qkv, proj, fc1, fc2 per block; head; patches; LayerNorm's three means (two per block and
+    # the final one); and q k^T and p v per head and block.
+    assert len(constant) == 4 * TINY["depth"] + 2 + 3 * (2 * TINY["depth"] + 1)
+    assert len(weighted) - len(constant) == 2 * TINY["num_heads"] * TINY["depth"]
     for op, graph in weighted:
         assert graph.Tensors(op.Inputs(0)).Type() == schema.TensorType.INT16
         assert graph.Tensors(op.Inputs(1)).Type() == schema.TensorType.INT8
@@ -200,6 +206,59 @@ def test_the_strict_variant_computes_in_int16_with_int8_weights_and_no_op_in_flo
     probabilities, given, returned = _run(flatbuffer, images)
     assert given == returned == np.uint8
     assert np.abs(probabilities - reference).max() < 0.02  # steps of 1/256 out
+
+
+def _matmul_model(lhs_shape, rhs_shape):
+    """A 16x8 full-integer model of one BATCH_MATMUL, float in and out, from the converter."""
+    import tensorflow as tf
+
+    rng = np.random.default_rng(4)
+
+    @tf.function(input_signature=[tf.TensorSpec(lhs_shape, tf.float32), tf.TensorSpec(rhs_shape, tf.float32)])
+    def matmul(lhs, rhs):
+        return tf.matmul(lhs, rhs)
+
+    converter = tf.lite.TFLiteConverter.from_concrete_functions([matmul.get_concrete_function()], matmul)
+    converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    converter.representative_dataset = lambda: (
+        [rng.normal(size=lhs_shape).astype(np.float32), rng.normal(size=rhs_shape).astype(np.float32)]
+        for _ in range(8)
+    )
+    converter.target_spec.supported_ops = [
+        tf.lite.OpsSet.EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8
+    ]
+    return converter.convert()
+
+
+def test_per_head_matmuls_split_an_int16_batch_matmul_into_fully_connected_ops_with_int8_weights():
+    """`[2, 3, M, K] x [2, 3, K, N]` becomes 6 FULLY_CONNECTED ops, the product to within the int8
+    steps of the right operand; a head's own range (`ranges`) gives its small values finer steps."""
+    flatbuffer = _matmul_model((2, 3, 5, 8), (2, 3, 8, 7))
+    rng = np.random.default_rng(5)
+    lhs, rhs = 0.5 * rng.normal(size=(2, 3, 5, 8)), 0.5 * rng.normal(size=(2, 3, 8, 7))
+    rhs[1, 2] *= 0.1  # one head's values in a tenth of the range
+    expected = lhs @ rhs
+
+    def error(model):
+        interpreter = Interpreter(model_content=model)
+        interpreter.allocate_tensors()
+        for detail, value in zip(interpreter.get_input_details(), (lhs, rhs), strict=True):
+            interpreter.set_tensor(detail["index"], value.astype(np.float32))
+        interpreter.invoke()
+        return np.abs(interpreter.get_tensor(interpreter.get_output_details()[0]["index"]) - expected)
+
+    names = [name for name, _, _ in tflite_graph.ops(flatbuffer)]
+    assert names.count("BATCH_MATMUL") == 1
+    split = tflite_graph.per_head_matmuls(flatbuffer)
+    names = [name for name, _, _ in tflite_graph.ops(split)]
+    assert "BATCH_MATMUL" not in names and names.count("FULLY_CONNECTED") == 6
+    ((_, matmul, graph),) = [found for found in tflite_graph.ops(flatbuffer) if found[0] == "BATCH_MATMUL"]
+    maxima = np.abs(rhs).max(axis=(2, 3)).ravel()
+    ranges = {graph.Tensors(matmul.Outputs(0)).Name().decode(): maxima}
+    ranged = tflite_graph.per_head_matmuls(flatbuffer, ranges)
+    step = maxima.max() / 127 * np.abs(lhs).sum(-1).max()  # one int8 step of every product term
+    assert error(split).max() < step and error(ranged).max() < step
+    assert error(ranged)[1, 2].max() < error(split)[1, 2].max() / 3
 
 
 def test_the_integer_graph_computes_keras_layer_norm_and_gelu_on_a_massive_activation():
@@ -224,6 +283,62 @@ def test_the_integer_graph_computes_keras_layer_norm_and_gelu_on_a_massive_activ
     np.testing.assert_allclose(rewritten[1], expected[1], rtol=1e-6, atol=1e-4)
     for layer, before in zip((norm, mlp), expected, strict=True):
         np.testing.assert_array_equal(keras.ops.convert_to_numpy(layer(x)), before)
+
+
+def test_only_gelus_whose_inputs_reach_beyond_the_table_range_are_clipped_in_the_integer_graph():
+    """`gelu_input_ranges` measures each GELU's input in Keras; `integer_graph(ranges)` clips
+    (MINIMUM, MAXIMUM) only the layers whose inputs reach beyond `GELU_TABLE_RANGE`."""
+    import tensorflow as tf
+
+    rng = np.random.default_rng(6)
+    inputs = keras.Input((4,))
+    narrow = keras.layers.Dense(4, activation="gelu", name="narrow")
+    wide = keras.layers.Dense(4, activation="gelu", name="wide")
+    model = keras.Model(inputs, wide(narrow(inputs)))
+    narrow.kernel.assign(rng.uniform(-1, 1, (4, 4)).astype(np.float32))
+    wide.kernel.assign(100 * np.eye(4, dtype=np.float32))  # inputs of up to 100 times GELU(narrow)
+    images = rng.uniform(0, 4, (20, 4)).astype(np.float32)
+    ranges = tflite.gelu_input_ranges(model, images)
+    assert ranges[narrow.path] <= tflite.GELU_TABLE_RANGE < ranges[wide.path]
+
+    def clips(gelu_ranges):
+        with tflite.integer_graph(gelu_ranges):
+            graph = tf.function(model).get_concrete_function(tf.TensorSpec((1, 4), tf.float32)).graph
+        return sum(op.type == "Minimum" for op in graph.get_operations())
+
+    assert clips(None) == 2 and clips(ranges) == 1
+
+
+def test_means_as_fully_connected_keeps_an_int16_mean_over_the_last_axis():
+    import tensorflow as tf
+
+    rng = np.random.default_rng(7)
+
+    @tf.function(input_signature=[tf.TensorSpec((1, 6, 16), tf.float32)])
+    def centred(x):
+        return x - tf.reduce_mean(x, axis=-1, keepdims=True)
+
+    converter = tf.lite.TFLiteConverter.from_concrete_functions([centred.get_concrete_function()], centred)
+    converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    converter.representative_dataset = lambda: (
+        [rng.normal(size=(1, 6, 16)).astype(np.float32)] for _ in range(8)
+    )
+    converter.target_spec.supported_ops = [
+        tf.lite.OpsSet.EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8
+    ]
+    flatbuffer = converter.convert()
+    rewritten = tflite_graph.means_as_fully_connected(flatbuffer)
+    assert "MEAN" in tflite_graph.operators(flatbuffer) and "MEAN" not in tflite_graph.operators(rewritten)
+    x = 0.5 * rng.normal(size=(1, 6, 16)).astype(np.float32)
+    results = []
+    for model in (flatbuffer, rewritten):
+        interpreter = Interpreter(model_content=model)
+        interpreter.allocate_tensors()
+        interpreter.set_tensor(interpreter.get_input_details()[0]["index"], x)
+        interpreter.invoke()
+        results.append(interpreter.get_tensor(interpreter.get_output_details()[0]["index"]))
+    expected = x - x.mean(-1, keepdims=True)
+    assert np.abs(results[1] - expected).max() <= np.abs(results[0] - expected).max() + 1e-3
 
 
 def test_int8_input_float32_gives_integer_variants_that_take_float_pixels(classifier, calibrated):
