@@ -57,9 +57,8 @@ def measure(model, case, batch_size):
     with where.scope():
         classifier = build_model(config, 1000, [str(i) for i in range(1000)])
         trainer = compile_training_model(config, classifier, 1000, 100, 1)
-    state = trainer._get_jax_state(
-        trainable_variables=True, non_trainable_variables=True, optimizer_variables=True, metrics_variables=True
-    )
+    everything = dict(trainable_variables=True, non_trainable_variables=True)
+    state = trainer._get_jax_state(**everything, optimizer_variables=True, metrics_variables=True)
     batch = {
         "images": np.zeros((batch_size, config.image_size, config.image_size, 3), np.uint8),
         "labels": np.zeros((batch_size,), np.int32),
@@ -125,7 +124,8 @@ def main():
     parser.add_argument("--models", nargs="+", default=list(MODELS))
     parser.add_argument("--cases", nargs="+", default=list(CASES), choices=list(CASES))
     parser.add_argument("--batch-size", type=int, default=32, help="per device")
-    parser.add_argument("--output", default=os.path.join(os.path.dirname(__file__), "..", "docs", "benchmarks"))
+    docs = os.path.join(os.path.dirname(__file__), "..", "docs", "benchmarks")
+    parser.add_argument("--output", default=docs)
     parser.add_argument("--one", nargs=2, metavar=("MODEL", "CASE"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
