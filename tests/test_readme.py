@@ -113,6 +113,7 @@ assert [m.shape[1:] for m in maps] == [(64, 64, 96), (32, 32, 192), (16, 16, 384
     "# REST from Python": Skip(
         "needs a TF Serving server (Docker); test_export checks the signature it serves"
     ),
+    "import math": Run(check="assert printed.strip() == '450058', printed"),  # LoRA's trainable count
     "import mediapipe as mp": Run(),  # on the export block's model and cat.jpg
 }
 
@@ -184,6 +185,27 @@ COMMANDS = {
     ),
     "KERAS_BACKEND=jax keras-vit evaluate runs/cifar": Skip("as above"),
     "keras-vit export runs/cifar": Skip("as above"),
+    "KERAS_BACKEND=jax KERAS_DISTRIBUTION_JOB_ADDRESSES=127.0.0.1:1234 KERAS_DISTRIBUTION_NUM_PROCESSES=2 "
+    "KERAS_DISTRIBUTION_PROCESS_ID=0 keras-vit train --strategy multi-worker --output runs/job": Skip(
+        "two JAX processes at once: tests/training/test_scale.py runs a job of two on 127.0.0.1"
+    ),
+    "KERAS_BACKEND=jax KERAS_DISTRIBUTION_JOB_ADDRESSES=127.0.0.1:1234 KERAS_DISTRIBUTION_NUM_PROCESSES=2 "
+    "KERAS_DISTRIBUTION_PROCESS_ID=1 keras-vit train --strategy multi-worker --output runs/job": Skip(
+        "as above"
+    ),
+    "KERAS_BACKEND=jax KERAS_DISTRIBUTION_JOB_ADDRESSES=10.0.0.1:1234 KERAS_DISTRIBUTION_NUM_PROCESSES=2 "
+    "KERAS_DISTRIBUTION_PROCESS_ID=1 keras-vit train --strategy multi-worker --output /shared/runs/job": Skip(
+        "a second machine"
+    ),
+    "KERAS_BACKEND=jax keras-vit train --model vit_large_patch16_224 --strategy model-parallel "
+    "--model-parallel 4 --output runs/large": Skip(
+        "ViT-L/16 on 4 devices; tests/training/test_scale.py shards the tiny ViT over 4 host devices"
+    ),
+    "keras-vit train --weights vit_base_patch16_224.augreg2_in21k_ft_in1k --lora-rank 8 --dataset photos/ "
+    "--output runs/lora": Skip(
+        "ViT-B/16's weights are not on the stand-in hub; "
+        "tests/test_real_checkpoint.py trains LoRA from the real ViT-Ti"
+    ),
     "keras-vit export runs/latest": Run(stand_ins=(("runs/latest", f"runs/latest {FEW_IMAGES}"),)),
     "keras-vit export runs/latest --format tflite --quantize int8 --int8-input uint8": Run(
         stand_ins=(("--int8-input uint8", f"--int8-input uint8 {FEW_IMAGES}"),)
