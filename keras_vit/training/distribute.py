@@ -14,6 +14,7 @@ kernels the model's family names (`Family.model_parallel_layout`).
 import contextlib
 import dataclasses
 import json
+import logging
 import os
 
 import keras
@@ -22,6 +23,8 @@ import tensorflow as tf
 from keras_vit.training import jax_job
 from keras_vit.training.callbacks import MAX_STEPS_PER_CALL
 from keras_vit.training.recipes import STRATEGIES
+
+logger = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass
@@ -69,6 +72,22 @@ class Placement:
             return dataset
         size = tf.data.experimental.get_structure(dataset)["images"].shape[0]
         return dataset.rebatch(size // self.processes).shard(self.processes, self.process_index)
+
+    def evaluation_batches(self, dataset, count, batch_size):
+        """`dataset`'s `count` images in batches of `batch_size` that split evenly over this
+        process's share of the batch axis: JAX cannot split a last, partial batch of 2 over 4 devices. Leaves out
+        the last `count % shards` images (fewer than the devices), and says so."""
+        shards = replicas(self) // self.processes if self.distribution is not None else 1
+        if dataset is None or shards == 1 or count % shards == 0:
+            return dataset
+        kept = count - count % shards
+        logger.warning(
+            "Validating on %d of the %d validation images: each batch must split evenly over %d devices.",
+            kept,
+            count,
+            shards,
+        )
+        return dataset.unbatch().take(kept).batch(batch_size)
 
 
 def placement(name, family=None, model_parallel=None):
@@ -157,10 +176,8 @@ def replicas(placement_):
     if placement_.strategy is not None:
         return placement_.strategy.num_replicas_in_sync
     if placement_.distribution is not None:
-        mesh = placement_.distribution.device_mesh
-        return mesh.shape[
-            0
-        ]  # the batch axis: the only axis of DataParallel's mesh, the first of ModelParallel's
+        # The batch axis: the only axis of DataParallel's mesh, the first of ModelParallel's.
+        return placement_.distribution.device_mesh.shape[0]
     return 1
 
 

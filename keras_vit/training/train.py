@@ -275,7 +275,9 @@ def _fit(model, run_data, config, schedule, callbacks, start_step, progress_bar,
         stop = [] if steps_per_epoch == schedule.steps_per_epoch else [_StopAfterThisEpoch()]
         fit = model.fit(
             where.local_batches(run_data.train_from(first_step)),
-            validation_data=run_data.validation,
+            validation_data=where.evaluation_batches(
+                run_data.validation, run_data.validation_count, config.batch_size
+            ),
             initial_epoch=first_epoch,
             epochs=config.epochs,
             steps_per_epoch=steps_per_epoch,

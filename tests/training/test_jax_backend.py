@@ -126,14 +126,3 @@ def test_data_parallel_over_two_devices_matches_one_device_even_distilling_from_
     runs = report["runs"]
     assert report["devices"] == 2 and {run["teacher"] for run in runs.values()} == {"tflite"}
     np.testing.assert_allclose(runs["mirrored"]["loss"], runs["one-device"]["loss"], rtol=1e-4)
-
-
-def test_multi_worker_on_jax_is_refused_up_front_with_what_to_use(colors_dataset, tmp_path):
-    result = subprocess.run(
-        _cli("train", "--dataset", colors_dataset, "--output", str(tmp_path / "run"),
-             "--strategy", "multi-worker"),
-        env=_env("jax"), capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert result.returncode == 1
-    assert "multi-worker is TensorFlow's" in result.stderr and "Traceback" not in result.stderr
-    assert not (tmp_path / "run").exists()

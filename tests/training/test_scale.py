@@ -164,7 +164,8 @@ def test_two_jax_processes_train_as_one_stop_together_when_one_is_killed_and_res
 
 
 # One process with 4 host devices: one device, the same with --remat, then model-parallel; the
-# model-parallel run's shardings.
+# model-parallel run's shardings. Then a tiny Swin: one device, data-parallel over the 4 devices,
+# and model-parallel with --remat.
 ON_FOUR_DEVICES = """
 import json, sys
 import jax
@@ -172,9 +173,18 @@ from keras_vit.training.train import train
 from keras_vit.training.config import TrainConfig
 from keras_vit.model import registry
 report = {"devices": jax.device_count()}
-for name, extra in [("one", {"strategy": "one-device"}), ("remat", {"strategy": "one-device", "remat": True}),
-                    ("sharded", {"strategy": "model-parallel", "model_parallel": 2})]:
-    run = train(TrainConfig(**json.loads(sys.argv[1]), output=sys.argv[2] + "/" + name, **extra))
+settings = json.loads(sys.argv[1])
+swin = dict(settings, model="swin_tiny_patch4_window7_224", image_size=32, overrides=json.loads(sys.argv[3]))
+runs = [
+    ("one", {"strategy": "one-device"}),
+    ("remat", {"strategy": "one-device", "remat": True}),
+    ("sharded", {"strategy": "model-parallel", "model_parallel": 2}),
+    ("swin one", dict(swin, strategy="one-device")),
+    ("swin mirrored", dict(swin, strategy="mirrored")),
+    ("swin sharded remat", dict(swin, strategy="model-parallel", model_parallel=2, remat=True)),
+]
+for name, extra in runs:
+    run = train(TrainConfig(**{**settings, **extra}, output=sys.argv[2] + "/" + name))
     report[name] = run.summary["history"]["loss"]
     if name == "sharded":
         layout = registry.family_of(run.model).model_parallel_layout
@@ -192,13 +202,15 @@ def test_model_parallel_shards_weights_and_moments_over_four_devices_and_remat_c
     """`--strategy model-parallel --model-parallel 2` on 4 host devices: a 2 x 2 mesh, each device
     holding half of every sharded kernel and of its optimizer moments, the rest replicated; the
     losses equal one device's. `--remat` recomputes the blocks with dropout and stochastic depth
-    on: the same losses. The sharded run's model.keras exports under TensorFlow, verified."""
+    on: the same losses. The sharded run's model.keras exports under TensorFlow, verified. A
+    Swin gives one device's losses data-parallel over the 4 devices and sharded with --remat."""
     settings = dict(
         dataset=colors_dataset, epochs=2, batch_size=8, validation_split=0.25, overrides=TINY_MODEL,
         dropout=0.1, drop_path_rate=0.1, steps_per_epoch=3, crop="none",
     )  # fmt: skip
+    swin = dict(embed_dim=16, depths=[1, 1], num_heads=[1, 2], window_size=4)
     result = subprocess.run(
-        [sys.executable, "-c", ON_FOUR_DEVICES, json.dumps(settings), str(tmp_path)],
+        [sys.executable, "-c", ON_FOUR_DEVICES, json.dumps(settings), str(tmp_path), json.dumps(swin)],
         env=_env(XLA_FLAGS="--xla_force_host_platform_device_count=4"),
         capture_output=True, text=True, timeout=400,
     )  # fmt: skip
@@ -207,6 +219,8 @@ def test_model_parallel_shards_weights_and_moments_over_four_devices_and_remat_c
     assert report["devices"] == 4
     np.testing.assert_allclose(report["remat"], report["one"], rtol=1e-5)
     np.testing.assert_allclose(report["sharded"], report["one"], rtol=1e-4)
+    np.testing.assert_allclose(report["swin mirrored"], report["swin one"], rtol=1e-4)
+    np.testing.assert_allclose(report["swin sharded remat"], report["swin one"], rtol=1e-4)
 
     # The family's layout: the patch projection, each block's QKV, attention output and MLP
     # kernels, and the head's; an optimizer moment is named after its weight.
@@ -237,3 +251,47 @@ def test_model_parallel_shards_weights_and_moments_over_four_devices_and_remat_c
     )  # fmt: skip
     assert exported.returncode == 0, exported.stderr[-3000:]
     assert json.loads(exported.stdout)["verification"]["results"]["tflite_fp32"]["meets_target"]
+
+
+# What JAX keeps for the backward pass of a one-block ViT, plain and with the block rematerialised.
+RESIDUALS = """
+import json
+import jax, keras, numpy as np
+import contextlib, io
+from jax.ad_checkpoint import print_saved_residuals
+import keras_vit
+report = {}
+for remat in (False, True):
+    model = keras_vit.create_model("vit_nano_patch4_32", depth=1, hidden_dim=32, num_heads=2, mlp_dim=64)
+    model.get_layer("block_0").rematerialise = remat
+    weights = [v.value for v in model.trainable_variables]
+    state = [v.value for v in model.non_trainable_variables]
+    def loss(weights, images):
+        logits, _ = model.stateless_call(weights, state, images, training=True)
+        return keras.ops.mean(logits**2)
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        print_saved_residuals(loss, weights, np.zeros((2, 32, 32, 3), np.float32))
+    report[str(remat)] = printed.getvalue().splitlines()  # "f32[2,65,32] output of add from ..."
+print(json.dumps(report))
+"""
+
+
+def test_remat_keeps_only_each_blocks_input_for_the_backward_pass():
+    """JAX's own account of what the backward pass keeps: with --remat, none of the block's
+    activations (its LayerNorms, attention probabilities, MLP), only its input and weights."""
+    result = subprocess.run(
+        [sys.executable, "-c", RESIDUALS], env=_env(), capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    attention_probabilities = "f32[2,2,65,65]"  # batch, heads, tokens, tokens
+
+    def from_block(kept):
+        return [
+            line for line in kept if "TransformerBlock" in line or line.startswith(attention_probabilities)
+        ]
+
+    assert len(from_block(report["False"])) >= 3
+    assert from_block(report["True"]) == []
+    assert any("PatchEncoder" in line for line in report["True"])  # the block's input
