@@ -75,8 +75,9 @@ class Placement:
 
     def evaluation_batches(self, dataset, count, batch_size):
         """`dataset`'s `count` images in batches of `batch_size` that split evenly over this
-        process's share of the batch axis: JAX cannot split a last, partial batch of 2 over 4 devices. Leaves out
-        the last `count % shards` images (fewer than the devices), and says so."""
+        process's share of the batch axis: JAX cannot split a last, partial batch of 2 over 4
+        devices. Leaves out the last `count % shards` images (fewer than the devices), and says
+        so."""
         shards = replicas(self) // self.processes if self.distribution is not None else 1
         if dataset is None or shards == 1 or count % shards == 0:
             return dataset
