@@ -19,7 +19,6 @@ from keras_vit import framework_logs
 from keras_vit.data import pipeline
 from keras_vit.export import quantize, tflite_graph
 from keras_vit.model import registry
-from keras_vit.model.vit.attention import AttentionRollout
 from keras_vit.storage.export_folder import INTEGER_VARIANTS, TFLITE_VARIANTS
 
 logger = logging.getLogger(__name__)
@@ -57,10 +56,10 @@ def _converter(classifier, folder, outputs=None, input_dtype="float32"):
 
 def convert_with_attention(classifier):
     """An fp32 model with two outputs: `probabilities` and `attention`, the attention-rollout
-    map `(1, rows, cols)` from the [cls] token (`keras_vit.model.vit.attention`), for apps that show
+    map `(1, rows, cols)` from the [cls] token (the family's `attention_rollout`), for apps that show
     where the model looked. The plain exports are unchanged.
     """
-    rollout = AttentionRollout(classifier.model)
+    rollout = registry.family_of(classifier.model).attention_rollout(classifier.model)
     with tempfile.TemporaryDirectory(prefix="keras-vit-tflite-") as folder:
         converter = _converter(classifier, folder, outputs=rollout)
         converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]

@@ -109,15 +109,14 @@ class KerasRunner(Runner):
         )
 
     def predict_attention(self, images):
-        """`(probabilities, attention-rollout maps (n, rows, cols))`, from `keras_vit.model.vit.attention`."""
-        from keras_vit.model.vit.attention import AttentionRollout
-
+        """`(probabilities, attention-rollout maps (n, rows, cols))`, from the family's rollout."""
         if not self.has_attention:
             raise ValueError(
                 f"A {self.classifier.model.family} model has no global attention map to roll out."
             )
         if self._rollout is None:
-            self._rollout = self._graph(AttentionRollout(self.classifier.model))
+            model = self.classifier.model
+            self._rollout = self._graph(registry.family_of(model).attention_rollout(model))
         outputs = self._rollout(self._checked(images))
         return tuple(_to_numpy(outputs[k]) for k in ("probabilities", "attention"))
 

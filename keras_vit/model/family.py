@@ -175,6 +175,19 @@ class Family:
         """(rows, columns) of the attention map, for a family that has one."""
         raise ValueError(f"A {self.name} model has no global attention map to roll out.")
 
+    def attention_rollout(self, model):
+        """A Keras model from `model`'s images to `{"probabilities", "attention"}`: the
+        attention-rollout map `(n, rows, cols)`, for a family that has one."""
+        raise ValueError(f"A {self.name} model has no global attention map to roll out.")
+
+    def distilled_heads(self, model):
+        """A Keras model from `model`'s images to each head's logits `{"head", "head_dist"}`,
+        sharing its layers, for a family with a distillation token."""
+        raise ValueError(
+            f"A {self.name} model has no distillation head: the student of --teacher is a ViT "
+            "with a distillation token (e.g. deit_tiny_distilled_patch16_224)."
+        )
+
     def resize(self, model, image_size):
         """A copy of `model` for another image size, with the same weights."""
         raise NotImplementedError

@@ -11,6 +11,7 @@ import keras
 from keras import ops
 
 from keras_vit.model.checks import check_rate
+from keras_vit.model.remat import recomputed
 
 # timm's and the paper's initialisation: truncated normal, std 0.02.
 _WEIGHT_INIT = {"class_name": "TruncatedNormal", "config": {"stddev": 0.02}}
@@ -26,12 +27,13 @@ class Block(keras.layers.Layer):
     kept (`--remat`): set `rematerialise` to True before the model is traced. It is a training
     setting, not part of the model: a saved model does not keep it.
 
-    A block's `call` runs its `forward` through `self.forward_of`, which applies `keras.remat`
-    to a pure function of the input and the block's float weights: Keras' `RematScope` passes
-    the layer's keyword arguments through too, which TensorFlow's `recompute_grad` refuses in a
-    graph and JAX traces (`training` included, which no Python branch can then read), and the
-    dropout draws' seed states, updated inside, would leak out of JAX's checkpoint. Here they
-    are updated outside it.
+    A block's `call` runs its `forward` through `self.forward_of`, which recomputes a pure
+    function of the input and the block's float weights (`remat.recomputed`: JAX's checkpoint
+    with the backward pass's order fixed). Keras' `RematScope` would pass the layer's keyword
+    arguments through too, which TensorFlow's `recompute_grad` refuses in a graph and JAX traces
+    (`training` included, which no Python branch can then read), and the dropout draws' seed
+    states, updated inside, would leak out of JAX's checkpoint. Here they are updated outside
+    it.
     """
 
     rematerialise = False
@@ -51,7 +53,7 @@ class Block(keras.layers.Layer):
                 y = forward(x, **arguments)
             return y, [scope.get_current_value(v) for v in variables if not _is_float(v)]
 
-        y, states = keras.remat(pure)(x, *(values[i] for i in weights))
+        y, states = recomputed(pure)(x, *(values[i] for i in weights))
         for variable, state in zip([v for v in variables if not _is_float(v)], states, strict=True):
             variable.assign(state)
         return y

@@ -13,6 +13,7 @@ kernels the model's family names (`Family.model_parallel_layout`).
 
 import contextlib
 import dataclasses
+import functools
 import json
 import logging
 import os
@@ -114,7 +115,7 @@ def _tf_strategy(name):
     if name == "model-parallel":
         raise ValueError(
             "--strategy model-parallel needs KERAS_BACKEND=jax (Keras' TensorFlow distribution "
-            "backend is a prototype); on TensorFlow, --lora-rank and --remat make a big model fit."
+            "backend is a prototype); on TensorFlow, --lora-rank makes a big model fit."
         )
     if name == "multi-worker":
         if "TF_CONFIG" not in os.environ:
@@ -124,10 +125,18 @@ def _tf_strategy(name):
         return tf.distribute.MultiWorkerMirroredStrategy()
     gpus = tf.config.list_logical_devices("GPU")
     if name == "auto":
-        return tf.distribute.MirroredStrategy() if len(gpus) > 1 else tf.distribute.get_strategy()
+        return mirrored_strategy() if len(gpus) > 1 else tf.distribute.get_strategy()
     if name == "mirrored":
-        return tf.distribute.MirroredStrategy()
+        return mirrored_strategy()
     return tf.distribute.OneDeviceStrategy("/gpu:0" if gpus else "/cpu:0")
+
+
+@functools.cache
+def mirrored_strategy(devices=None):
+    """The process's one MirroredStrategy over `devices` (a tuple; None: every GPU). A second
+    strategy would number its collectives from the start again, and a run after one with other
+    weight shapes would fail with "Shape mismatch in the collective instance" (tensorflow#62790)."""
+    return tf.distribute.MirroredStrategy(list(devices) if devices else None)
 
 
 def _jax_placement(name, family, model_parallel):

@@ -24,7 +24,7 @@ the classifier's forward and backward pass alone are compiled with XLA.
 import keras
 from keras import ops
 
-from keras_vit.model.vit import distilled_heads
+from keras_vit.model import registry
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -74,7 +74,7 @@ class TrainingModel(keras.Model):
         if not 0 <= self.distillation_weight <= 1:
             raise ValueError(f"distillation_weight is in [0, 1], got {self.distillation_weight}.")
         # Each head's logits; its layers are the classifier's, so nothing new is trained.
-        self._heads = distilled_heads(self.classifier)
+        self._heads = registry.family_of(self.classifier).distilled_heads(self.classifier)
         # Tracked (frozen) so every backend passes its weights into the step instead of constants.
         self.teacher_model = teacher.model
         self._distillation_loss = keras.losses.CategoricalCrossentropy(from_logits=True)

@@ -73,6 +73,16 @@ class ViTFamily(Family):
     def attention_grid(self, model):
         return tuple(model.get_layer("patch_encoder").grid_size)
 
+    def attention_rollout(self, model):
+        from keras_vit.model.vit.attention import AttentionRollout
+
+        return AttentionRollout(model)
+
+    def distilled_heads(self, model):
+        from keras_vit.model.vit.model import distilled_heads
+
+        return distilled_heads(model)
+
     def resize(self, model, image_size):
         from keras_vit.model.vit.model import resize_model
 
