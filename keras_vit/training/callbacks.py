@@ -5,12 +5,14 @@ it saves), so the training loop never waits for the device between steps
 (Keras reads the logs only once per `steps_per_execution` steps).
 """
 
+import contextlib
 import hashlib
 import io
 import logging
 import math
 import os
 import shutil
+import tempfile
 import time
 
 import keras
@@ -104,42 +106,44 @@ class ResumableBackup(keras.callbacks.BackupAndRestore):
     the one before it; with neither readable it stops with one line instead of starting over.
     """
 
-    def __init__(self, backup_dir, steps_per_epoch, save_freq, writes=True):
+    def __init__(self, backup_dir, steps_per_epoch, save_freq, writes=True, wait_for_all=None):
         # Kept at the end of training: a run stopped while writing its results resumes at its last
         # step instead of training again; `discard` removes them once the results are written.
         super().__init__(backup_dir, save_freq=save_freq, double_checkpoint=True, delete_checkpoint=False)
         self.steps_per_epoch = steps_per_epoch
         self.writes = writes  # False: this process reads backups another one writes
+        # Blocks until every process of the job has come to the same point (None: one process).
+        self.wait_for_all = wait_for_all or (lambda: None)
         self.restored_step = 0
         self._metric_totals = None  # the resumed epoch's, set once Keras has reset the metrics
 
     def restore(self):
         """Loads the latest usable backup into the model (`set_model` first); returns the optimizer
-        step the run resumes at, 0 with no backup."""
+        step the run resumes at, 0 with no backup.
+
+        Every process of a job reads the same backup: none moves a file until all have read
+        (`wait_for_all`), and then only the one that writes."""
         damaged = []
-        for which in ("latest", "previous"):
-            if which == "previous":
-                if not os.path.exists(self._prev_weights_path):
-                    break
-                # Keras reads only `.weights.h5` names: the one before takes the latest's place.
-                for previous, latest in self._backup_files():
-                    if os.path.exists(previous):
-                        os.replace(previous, latest)
-            if not os.path.exists(self._weights_path):
+        latest = (self._weights_path, self._training_metadata_path)
+        previous = (self._prev_weights_path, self._prev_training_metadata_path)
+        for which, (weights, metadata) in (("latest", latest), ("previous", previous)):
+            if not os.path.exists(weights):
                 continue
             try:
-                record = self._record()
+                record = self._record(weights, metadata)
                 if not record.get("epoch_end_written", True):
                     logger.info(
                         "The run stopped before epoch %d's end was written: resuming before it.",
                         record["step"] // self.steps_per_epoch,
                     )
                     continue
-                self._restore(record)
-                return self.restored_step
+                self._restore(record, weights)
             except Exception as error:  # h5py and Keras raise OSError, ValueError, KeyError...
                 logger.warning("The %s backup in %s cannot be read (%s).", which, self.backup_dir, error)
                 damaged.append(which)
+                continue
+            self._settle(kept=which)
+            return self.restored_step
         if damaged and not self.writes:
             raise ValueError(
                 f"The run's backups in {self.backup_dir} are damaged: process 0 says what to do."
@@ -150,8 +154,21 @@ class ResumableBackup(keras.callbacks.BackupAndRestore):
                 f"cannot resume: delete that folder to train again from the start (model.keras and "
                 f"log.csv stay)."
             )
-        self.discard()  # none usable: the run starts over, and leaves no stale one behind
+        self._settle(kept=None)  # none usable: the run starts over, and leaves no stale one behind
         return 0
+
+    def _settle(self, kept):
+        """Once every process has read the backup it resumes from, the writer puts the one kept in
+        the latest's place (Keras reads only `.weights.h5` names), or removes them all (None)."""
+        self.wait_for_all()
+        if not self.writes:
+            return
+        if kept == "previous":
+            for previous, latest in self._backup_files():
+                if os.path.exists(previous):
+                    os.replace(previous, latest)
+        elif kept is None:
+            self.discard()
 
     def on_train_begin(self, logs=None):
         pass  # `restore` runs before `fit`: the data stream starts at the restored step
@@ -194,21 +211,21 @@ class ResumableBackup(keras.callbacks.BackupAndRestore):
             (self._prev_training_metadata_path, self._training_metadata_path),
         )
 
-    def _record(self):
-        """The latest backup's record, once its SHA-256 says the weights are the ones written: HDF5
-        loads most damaged bytes silently, as wrong weights."""
-        record = read_json(self._training_metadata_path)
+    def _record(self, weights, metadata):
+        """A backup's record, once its SHA-256 says the weights are the ones written: HDF5 loads
+        most damaged bytes silently, as wrong weights."""
+        record = read_json(metadata)
         expected = record.get("sha256")  # backups from before it was recorded have none
-        with open(self._weights_path, "rb") as f:
+        with open(weights, "rb") as f:
             if expected and hashlib.sha256(f.read()).hexdigest() != expected:
-                raise ValueError(f"{self._weights_path} is not what was written (its SHA-256 differs)")
+                raise ValueError(f"{weights} is not what was written (its SHA-256 differs)")
         return record
 
-    def _restore(self, record):
+    def _restore(self, record, weights):
         if self.model.optimizer is not None and not self.model.optimizer.built:
             self.model.optimizer.build(self.model.trainable_variables)  # its slots must exist to load
-        with lora.adapters_kept(self.model):
-            self.model.load_weights(self._weights_path)
+        with lora.adapters_kept(self.model), _weights_named(weights) as readable:
+            self.model.load_weights(readable)
         states = record.get("random_states", [])  # older backups: dropout draws start afresh
         for variable, state in zip(_random_states(self.model), states, strict=bool(states)):
             variable.assign(state)
@@ -248,6 +265,19 @@ class ResumableBackup(keras.callbacks.BackupAndRestore):
         except DiskFullError as error:
             # Whichever file it was, what the run needs is room for a backup.
             raise DiskFullError(self.backup_dir, max(error.needed, size_of(self._weights_path))) from None
+
+
+@contextlib.contextmanager
+def _weights_named(path):
+    """`path` under a name Keras reads (`*.weights.h5`): the backup before the latest is
+    `latest.weights.h5.bkp`, read through a link beside nothing of the run's."""
+    if path.endswith(".weights.h5"):
+        yield path
+        return
+    with tempfile.TemporaryDirectory(prefix="keras-vit-backup-") as folder:
+        link = os.path.join(folder, "previous.weights.h5")
+        os.symlink(os.path.abspath(path), link)
+        yield link
 
 
 def _random_states(model):

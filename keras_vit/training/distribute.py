@@ -42,6 +42,24 @@ class Placement:
     def scope(self):
         return self.strategy.scope() if self.strategy is not None else contextlib.nullcontext()
 
+    def wait_for_all(self):
+        """Returns once every process of a JAX job has called it (at once with one process)."""
+        if self.processes > 1:
+            from jax.experimental import multihost_utils
+
+            multihost_utils.sync_global_devices("keras-vit")
+
+    def check_batch_size(self, batch_size):
+        """Refuses a global batch that JAX cannot split evenly over the batch axis's devices (every
+        process's): it would fail inside the step, or train each process on a different share."""
+        parts = replicas(self) if self.distribution is not None else 1
+        if batch_size % parts:
+            nearest = max(parts, batch_size - batch_size % parts)
+            raise ValueError(
+                f"--batch-size {batch_size} does not split evenly over the {parts} devices of the "
+                f"batch axis: choose a multiple of {parts}, e.g. {nearest}."
+            )
+
     @property
     def multi_worker(self):
         return self.name == "multi-worker"
@@ -140,6 +158,11 @@ def mirrored_strategy(devices=None):
 
 
 def _jax_placement(name, family, model_parallel):
+    if name != "multi-worker" and jax_job.described():
+        raise ValueError(
+            f"{', '.join(jax_job.VARIABLES)} describe a job across processes, but --strategy is "
+            f"{name}: pass --strategy multi-worker, or unset them to train in this process alone."
+        )
     job = jax_job.start() if name == "multi-worker" else None
     devices = keras.distribution.list_devices()
     if name == "model-parallel":

@@ -24,8 +24,14 @@ VARIABLES = (ADDRESSES, NUM_PROCESSES, PROCESS_ID)
 HEARTBEAT_SECONDS = 10
 # Seconds the processes wait for each other to start.
 START_TIMEOUT_SECONDS = 300
-# What JAX's runtime writes when it ends a process because another one died.
-PEER_LOST = ("JAX distributed service detected fatal errors", "Failed to send RPC to coordination service")
+# What JAX's runtime writes when it ends a process because another one died, and what a
+# collective over gloo raises when its peer's connection drops.
+PEER_LOST = (
+    "JAX distributed service detected fatal errors",
+    "Failed to send RPC to coordination service",
+    "Connection reset by peer",
+    "Connection closed by peer",
+)
 
 _ADDRESS = re.compile(r"^[\w.\-]+:\d{1,5}$|^\[[0-9a-fA-F:]+\]:\d{1,5}$")
 
@@ -100,7 +106,10 @@ def _whole(environ, name):
 CHILD = "KERAS_VIT_JOB_CHILD"
 # Native log lines (glog's "E1125 17:21:18.303 ...", its stack frames and check failures): the
 # runtime's own account of an abort, kept in the job's log file instead of the terminal.
-_NATIVE = re.compile(r"^([IWEF]\d{4} |\s+@\s+0x|\*\*\* |WARNING: All log messages|\[Gloo\] )")
+_NATIVE = re.compile(
+    r"^([IWEF]\d{4} |\s+@\s+0x|\*\*\* |WARNING: All log messages|\[Gloo\] "
+    r"|Additional GRPC error information|:UNKNOWN:|RPC: )"  # gRPC's account of a lost coordinator
+)
 
 
 def supervise(argv, verbose=False):
@@ -160,6 +169,28 @@ def supervise(argv, verbose=False):
         file=sys.stderr,
     )
     return 1
+
+
+def run_child(main):
+    """Runs `main()` as a job's training process and exits with its status. One that failed
+    leaves at once: JAX's exit hook would wait at the runtime's shutdown barrier (five minutes)
+    for the other processes, stuck in a collective that waits for this one; gone, it is noticed
+    by their heartbeat in seconds."""
+    import sys
+    import traceback
+
+    try:
+        status = main()
+    except SystemExit as end:
+        status = end.code if isinstance(end.code, int) else 1
+    except BaseException:  # noqa: BLE001 - the parent turns it into one line (`supervise`)
+        traceback.print_exc()
+        status = 1
+    if status:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)
+    sys.exit(0)
 
 
 def _die_with_parent():

@@ -212,6 +212,7 @@ def train(config, progress_bar=None):
     config = config.resolved()
     # First: MultiWorkerMirroredStrategy must be made before TensorFlow runs any op.
     where = distribute.placement(config.strategy, registry.family_named(config.model), config.model_parallel)
+    where.check_batch_size(config.batch_size)
     if config.remat and keras.backend.backend() != "jax":
         raise ValueError(
             "--remat needs KERAS_BACKEND=jax: TensorFlow's recompute_grad cannot carry the blocks' "
@@ -384,6 +385,7 @@ def _callbacks(config, run, schedule, where):
         schedule.steps_per_epoch,
         config.backup_every_steps,
         writes=where.writes_run_folder,
+        wait_for_all=where.wait_for_all,
     )
     # The other processes of a JAX job share process 0's run folder: they read it, never write it.
     logs = [EpochLog(run.file(LOG_FILE)), TensorBoardLog(run.file(TENSORBOARD_FOLDER))]

@@ -54,13 +54,24 @@ def _free_port():
         ),
         ("jax", "multi-worker", {JOB[0]: "127.0.0.1:1234", JOB[1]: "2", JOB[2]: "2"}, "from 0 to"),
         ("tensorflow", "model-parallel", {}, "needs KERAS_BACKEND=jax"),
+        # The variables without --strategy multi-worker: two processes would train apart, both
+        # writing one run folder.
+        ("jax", "auto", {JOB[0]: "127.0.0.1:1234", JOB[1]: "2", JOB[2]: "1"}, "pass --strategy multi-worker"),
+        # A global batch of 8 over 3 devices: JAX cannot split it.
+        (
+            "jax",
+            "mirrored",
+            {"XLA_FLAGS": "--xla_force_host_platform_device_count=3"},
+            "--batch-size 8 does not split evenly over the 3 devices",
+        ),
     ],
 )
 def test_a_job_that_cannot_start_is_refused_in_one_line_before_anything_is_built(
     colors_dataset, tmp_path, backend, strategy, job, says
 ):
     result = subprocess.run(
-        _cli("train", "--dataset", colors_dataset, "--output", str(tmp_path / "run"), "--strategy", strategy),
+        _cli("train", "--dataset", colors_dataset, "--output", str(tmp_path / "run"), "--strategy", strategy,
+             "--batch-size", "8"),
         env={**_env(backend), **job}, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert result.returncode == 1
@@ -327,3 +338,51 @@ def test_remat_lowers_xlas_memory_for_a_training_step_that_clips_its_gradients()
     plain, remat = figures["plain"], figures["remat"]
     assert plain["arguments"] == remat["arguments"]  # the same weights and moments
     assert remat["temporaries"] < 0.5 * plain["temporaries"], (plain["temporaries"], remat["temporaries"])
+
+
+def _small_model():
+    import keras
+
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    model.compile(optimizer=keras.optimizers.Adam(), loss="mse")
+    model.optimizer.build(model.trainable_variables)
+    return model
+
+
+def test_every_process_of_a_job_resumes_from_the_same_backup_whichever_reads_first(tmp_path):
+    """A job's processes share process 0's backups. The latest one waits for its epoch's end
+    (the job stopped during validation), so all resume from the one before it, whichever reads
+    first; no process moves a file before all have read, and then only the writer does."""
+    from keras_vit.training.callbacks import ResumableBackup
+
+    folder = tmp_path / "backup"
+    writer = ResumableBackup(str(folder), steps_per_epoch=2, save_freq=1)
+    writer.set_model(_small_model())
+    for step in (1, 2):  # mid-epoch, then on the epoch's last step
+        writer.model.optimizer.iterations.assign(step)
+        writer._save_model()
+
+    def files():
+        return {path.name: path.read_bytes() for path in sorted(folder.iterdir())}
+
+    written = files()
+    for order in (("reader", "writer"), ("writer", "reader")):
+        for name in set(files()) - set(written):
+            (folder / name).unlink()
+        for name, content in written.items():
+            (folder / name).write_bytes(content)
+        resumed = {}
+        for who in order:
+            before = files()
+            unmoved_when_waiting = []
+            backup = ResumableBackup(
+                str(folder), steps_per_epoch=2, save_freq=1, writes=who == "writer",
+                wait_for_all=lambda seen=unmoved_when_waiting, before=before: seen.append(files() == before),
+            )  # fmt: skip
+            backup.set_model(_small_model())
+            resumed[who] = backup.restore()
+            assert unmoved_when_waiting == [True]  # it waited for the others before moving anything
+            if who == "reader":
+                assert files() == before  # a reader never moves or removes a file
+        assert resumed == {"reader": 1, "writer": 1}, order
+        assert json.loads(files()["training_metadata.json"])["step"] == 1  # the one kept is the latest
