@@ -78,6 +78,7 @@ def measure(model, case, batch_size, **settings):
         "temporaries": analysis.temp_size_in_bytes,
     }
     figures["total"] = figures["arguments"] + figures["outputs"] - figures["aliased"] + figures["temporaries"]
+    figures["flops"] = _flops(compiled)
     trainable = sum(int(np.prod(v.shape)) for v in classifier.trainable_weights)
     return {
         "model": model,
@@ -89,6 +90,13 @@ def measure(model, case, batch_size, **settings):
         "compile_seconds": time.perf_counter() - started,
         **figures,
     }
+
+
+def _flops(compiled):
+    """XLA's count of the step's floating-point operations (its cost analysis), or None."""
+    cost = compiled.cost_analysis()
+    cost = cost[0] if isinstance(cost, list | tuple) else cost
+    return float(cost["flops"]) if cost and "flops" in cost else None
 
 
 def _run_case(model, case, batch_size):
@@ -103,6 +111,10 @@ def _run_case(model, case, batch_size):
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
+def _tflop(row):
+    return f"{row['flops'] / 1e12:.2f}" if row.get("flops") else ""
+
+
 # Accelerator memory sizes the README reads the table against (GiB).
 BUDGETS = (24, 80)
 
@@ -111,8 +123,8 @@ def _table(rows):
     fits = " | ".join(f"fits {b} GiB" for b in BUDGETS)
     lines = [
         "| model | case | trainable params | arguments (GiB) | temporaries (GiB) | outputs - aliased (GiB) "
-        f"| total (GiB) | vs plain | {fits} |",
-        "|---|---|---|---|---|---|---|---|" + "---|" * len(BUDGETS),
+        f"| total (GiB) | vs plain | step TFLOP | {fits} |",
+        "|---|---|---|---|---|---|---|---|---|" + "---|" * len(BUDGETS),
     ]
     plain = {r["model"]: r["total"] for r in rows if r["case"] == "plain"}
     for r in rows:
@@ -120,7 +132,7 @@ def _table(rows):
         lines.append(
             f"| {r['model']} | {r['case']} | {r['trainable']:,} | {r['arguments'] / GIB:.2f} | "
             f"{r['temporaries'] / GIB:.2f} | {(r['outputs'] - r['aliased']) / GIB:.2f} | "
-            f"{r['total'] / GIB:.2f} | {ratio} | "
+            f"{r['total'] / GIB:.2f} | {ratio} | {_tflop(r)} | "
             + " | ".join("yes" if r["total"] / GIB <= b else "no" for b in BUDGETS)
             + " |"
         )
@@ -139,15 +151,17 @@ def _reading(rows):
                     f"- {model}, {case}: {by[(model, case)]:.2f} GiB per device, "
                     f"{by[(model, case)] / plain:.2f}x plain."
                 )
-    remat = [
-        by[(m, "remat")] / by[(m, "plain")]
-        for m in dict.fromkeys(r["model"] for r in rows)
-        if (m, "remat") in by and (m, "plain") in by
-    ]
+    flops = {(r["model"], r["case"]): r.get("flops") for r in rows}
+    pairs = [m for m in dict.fromkeys(r["model"] for r in rows) if (m, "remat") in by and (m, "plain") in by]
+    remat = [by[(m, "remat")] / by[(m, "plain")] for m in pairs]
+    counted = [m for m in pairs if flops[(m, "remat")] and flops[(m, "plain")]]
+    cost = [flops[(m, "remat")] / flops[(m, "plain")] for m in counted]
     if remat:
         lines.append(
             f"- `--remat` keeps only each block's input for the backward pass and recomputes the rest "
-            f"({min(remat):.2f}-{max(remat):.2f}x plain here). `keras.remat` alone saved nothing in "
+            f"({min(remat):.2f}-{max(remat):.2f}x plain's memory here"
+            + (f", for {max(cost):.2f}x its FLOPs" if cost else "")
+            + "). `keras.remat` alone saved nothing in "
             "these figures: with global-norm clipping (the default) XLA's CPU scheduler deferred every "
             "weight gradient and kept every recomputed activation alive; keras-vit fixes the order "
             "(`keras_vit/model/remat.py`)."
@@ -186,7 +200,8 @@ def _markdown(report):
 Made by `{report["command"]}` (`benchmarks/memory.py`; its docstring says how): one training step
 of each model at 224 px, batch {report["rows"][0]["batch_per_device"]} per device, the `finetune`
 preset (AdamW, augmentation inside the step), compiled on JAX without running, with XLA's
-`compiled.memory_analysis()` per device. "model-parallel-4" shards the kernels over 4 host
+`compiled.memory_analysis()` per device, and the step's FLOPs from its `cost_analysis()`
+(what recomputing costs). "model-parallel-4" shards the kernels over 4 host
 devices (`--strategy model-parallel --model-parallel 4`: each device holds a quarter of them
 and of their moments, and sees the whole batch).
 

@@ -43,7 +43,9 @@ class Block(keras.layers.Layer):
             return forward(x, **arguments)
         variables = self.variables
         values = [v.value for v in variables]
-        weights = [i for i, v in enumerate(variables) if _is_float(v)]
+        # What trains is differentiated; frozen weights (LoRA's base kernels, a frozen backbone)
+        # stay constants, so the backward pass computes no gradient for them.
+        weights = [i for i, v in enumerate(variables) if _is_float(v) and v.trainable]
 
         def pure(x, *weight_values):
             current = list(values)

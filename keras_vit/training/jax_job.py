@@ -181,8 +181,10 @@ def run_child(main):
 
     try:
         status = main()
-    except SystemExit as end:
-        status = end.code if isinstance(end.code, int) else 1
+    except SystemExit as end:  # as Python ends: None is 0, a message is printed and 1
+        status = end.code if isinstance(end.code, int) else 0 if end.code is None else 1
+        if not isinstance(end.code, int | None):
+            print(end.code, file=sys.stderr)
     except BaseException:  # noqa: BLE001 - the parent turns it into one line (`supervise`)
         traceback.print_exc()
         status = 1

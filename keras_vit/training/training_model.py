@@ -74,7 +74,13 @@ class TrainingModel(keras.Model):
         if not 0 <= self.distillation_weight <= 1:
             raise ValueError(f"distillation_weight is in [0, 1], got {self.distillation_weight}.")
         # Each head's logits; its layers are the classifier's, so nothing new is trained.
-        self._heads = registry.family_of(self.classifier).distilled_heads(self.classifier)
+        family = registry.family_of(self.classifier, default=None)  # None: a user's own model
+        if family is None:
+            raise ValueError(
+                f"{self.classifier.name} has no distillation head: the student of a teacher is a ViT "
+                "with a distillation token (ViT(distillation_token=True))."
+            )
+        self._heads = family.distilled_heads(self.classifier)
         # Tracked (frozen) so every backend passes its weights into the step instead of constants.
         self.teacher_model = teacher.model
         self._distillation_loss = keras.losses.CategoricalCrossentropy(from_logits=True)
