@@ -193,17 +193,12 @@ def gelu_input_ranges(model, images):
     dense_call, ranges = dense.call, {}
 
     def record(self, inputs, training=None):
-        gelu = self.activation
-        if gelu not in (keras.activations.gelu, keras.activations.get("gelu")):
+        if not _has_gelu(self):
             return dense_call(self, inputs, training=training)
-        self.activation = keras.activations.linear
-        try:
-            x = dense_call(self, inputs, training=training)
-        finally:
-            self.activation = gelu
+        x = _before_activation(self, dense_call, inputs, training)
         value = float(ops.convert_to_numpy(ops.max(ops.abs(x))))
         ranges[self.path] = max(ranges.get(self.path, 0.0), value)
-        return gelu(x)
+        return self.activation(x)
 
     dense.call = record
     try:
@@ -212,6 +207,19 @@ def gelu_input_ranges(model, images):
     finally:
         dense.call = dense_call
     return ranges
+
+
+def _has_gelu(dense):
+    return dense.activation in (keras.activations.gelu, keras.activations.get("gelu"))
+
+
+def _before_activation(dense, dense_call, inputs, training):
+    """What the Dense layer `dense` computes before its activation (`dense_call`: Keras' own)."""
+    activation, dense.activation = dense.activation, keras.activations.linear
+    try:
+        return dense_call(dense, inputs, training=training)
+    finally:
+        dense.activation = activation
 
 
 @contextlib.contextmanager
@@ -256,18 +264,13 @@ def integer_graph(gelu_ranges=None):
         return ops.cast(outputs, self.compute_dtype)
 
     def project(self, inputs, training=None):
-        gelu = self.activation
-        if gelu not in (keras.activations.gelu, keras.activations.get("gelu")):
+        if not _has_gelu(self):
             return dense_call(self, inputs, training=training)
         if gelu_ranges is not None and gelu_ranges.get(self.path, np.inf) <= GELU_TABLE_RANGE:
             return dense_call(self, inputs, training=training)
-        self.activation = keras.activations.linear
-        try:
-            x = dense_call(self, inputs, training=training)
-        finally:
-            self.activation = gelu
+        x = _before_activation(self, dense_call, inputs, training)
         bound = GELU_SATURATION
-        return gelu(ops.clip(x, -bound, bound)) + ops.relu(x - bound)
+        return self.activation(ops.clip(x, -bound, bound)) + ops.relu(x - bound)
 
     layer_norm.call, dense.call = normalise, project
     try:

@@ -116,8 +116,7 @@ def integer_io(flatbuffer):
     graph = model.subgraphs[0]
 
     def kind(op):
-        code = model.operatorCodes[op.opcodeIndex]
-        return max(code.builtinCode, code.deprecatedBuiltinCode)
+        return _kind(model, op)
 
     image, output = graph.tensors[graph.inputs[0]], graph.tensors[graph.outputs[0]]
     readers = [op for op in graph.operators if graph.inputs[0] in op.inputs]
@@ -178,8 +177,7 @@ def per_head_matmuls(flatbuffer, ranges=None):
     graph = model.subgraphs[0]
 
     def kind(op):
-        code = model.operatorCodes[op.opcodeIndex]
-        return max(code.builtinCode, code.deprecatedBuiltinCode)
+        return _kind(model, op)
 
     def constant(values, name):
         buffer = schema.BufferT()
@@ -320,8 +318,7 @@ def means_as_fully_connected(flatbuffer):
     graph = model.subgraphs[0]
 
     def kind(op):
-        code = model.operatorCodes[op.opcodeIndex]
-        return max(code.builtinCode, code.deprecatedBuiltinCode)
+        return _kind(model, op)
 
     def axes(op):
         data = model.buffers[graph.tensors[op.inputs[1]].buffer].data
@@ -422,6 +419,12 @@ def _new_op(model, builtin, inputs, outputs):
     op.opcodeIndex = codes.index(builtin)
     op.inputs, op.outputs = list(inputs), list(outputs)
     return op
+
+
+def _kind(model, op):
+    """`op`'s builtin operator code (new codes above 127 are in `builtinCode` only)."""
+    code = model.operatorCodes[op.opcodeIndex]
+    return max(code.builtinCode, code.deprecatedBuiltinCode)
 
 
 def _drop_unused_codes(model):

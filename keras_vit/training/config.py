@@ -13,6 +13,7 @@ from keras_vit.model import registry
 from keras_vit.model.checks import nearest_sizes
 from keras_vit.model.transform import DEFAULT_MEAN, DEFAULT_STD
 from keras_vit.training.lora import DEFAULT_TARGETS as DEFAULT_LORA_TARGETS
+from keras_vit.training.lora import check_targets as check_lora_targets
 from keras_vit.training.recipes import DEFAULTS, PAD_CROP_MAX_SIZE, PRECISIONS, PRESETS, STRATEGIES
 
 
@@ -235,13 +236,7 @@ class TrainConfig:
             return
         if self.freeze_backbone:
             raise ValueError("--lora-rank and --freeze-backbone both choose what trains: give one.")
-        family = registry.family_named(self.model)
-        unknown = sorted(set(self.lora_target_names) - set(family.lora_targets))
-        if unknown or not self.lora_target_names:
-            raise ValueError(
-                f"--lora-targets {self.lora_targets!r}: {', '.join(unknown) or 'nothing'} is not a "
-                f"LoRA target of {self.model}; choose from {', '.join(family.lora_targets)}."
-            )
+        check_lora_targets(registry.family_named(self.model), self.lora_target_names)
 
     @property
     def lora_target_names(self):

@@ -45,15 +45,20 @@ def enable_lora(model, rank, targets=DEFAULT_TARGETS, alpha=None):
 def lora_layers(model, targets):
     """The Dense layers of every block that `targets` name, in block order."""
     family = registry.family_of(model)
+    check_targets(family, targets)
+    paths = [path for target in targets for path in family.lora_targets[target]]
+    blocks = [model.get_layer(name) for name in family.block_names(model.get_config())]
+    return [_sublayer(block, path) for block in blocks for path in paths]
+
+
+def check_targets(family, targets):
+    """Refuses `targets` that `family` has no LoRA target for, or none."""
     unknown = sorted(set(targets) - set(family.lora_targets))
     if unknown or not targets:
         raise ValueError(
             f"Unknown LoRA target {', '.join(unknown) or '(none given)'} for a {family.name} model; "
             f"targets: {', '.join(family.lora_targets)}."
         )
-    paths = [path for target in targets for path in family.lora_targets[target]]
-    blocks = [model.get_layer(name) for name in family.block_names(model.get_config())]
-    return [_sublayer(block, path) for block in blocks for path in paths]
 
 
 def lora_enabled(model):
