@@ -226,6 +226,25 @@ def _output_spec(layer, x, return_attention_scores):
     return out, keras.KerasTensor((x.shape[0], layer.num_heads, tokens, tokens), dtype=layer.compute_dtype)
 
 
+def fused_attention_applies(attention_dropout, training, return_attention_scores):
+    """Whether attention may run as one fused kernel: on JAX (cuDNN's flash attention on a GPU,
+    XLA's fused softmax elsewhere), when nobody asks for the weights and no dropout falls on them.
+    TensorFlow keeps the explicit matmuls, softmax and matmul: the TFLite and ONNX exports and
+    their integer recipes are written against those ops."""
+    if return_attention_scores or (training and attention_dropout > 0):
+        return False
+    return keras.backend.backend() == "jax"
+
+
+def fused_attention(q, k, v, num_heads, scale):
+    """softmax(q k^T * scale) v over `(batch, tokens, width)` projections, heads split from the
+    width as timm splits them; returns `(batch, tokens, width)`."""
+    batch_tokens_heads = (-1, q.shape[1] if q.shape[1] is not None else ops.shape(q)[1], num_heads)
+    heads = [ops.reshape(t, batch_tokens_heads + (t.shape[-1] // num_heads,)) for t in (q, k, v)]
+    out = ops.dot_product_attention(*heads, scale=scale)
+    return ops.reshape(out, ops.shape(q))
+
+
 @keras.saving.register_keras_serializable(package="keras_vit")
 class MultiHeadSelfAttention(keras.layers.Layer):
     """Multi-head self-attention with one fused query/key/value projection.
@@ -282,6 +301,9 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     def call(self, x, training=None, return_attention_scores=False):
         num_tokens = x.shape[1] if x.shape[1] is not None else ops.shape(x)[1]
         q, k, v = ops.split(self.qkv(x), 3, axis=-1)
+        if fused_attention_applies(self.attention_dropout, training, return_attention_scores):
+            out = fused_attention(q, k, v, self.num_heads, self.scale)
+            return self.dropout_layer(self.proj(out), training=training)
         q = self._split_heads(q, num_tokens) * ops.cast(self.scale, x.dtype)
         k = self._split_heads(k, num_tokens)
         v = self._split_heads(v, num_tokens)
