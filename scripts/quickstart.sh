@@ -8,23 +8,27 @@
 # Keras on those images, and print the command that opens the result in the apps.
 #
 # Its settings were chosen by measurement on 2 CPU cores: docs/benchmarks/quickstart.md.
-# QUICKSTART_TRAIN and QUICKSTART_VERIFY_IMAGES replace them (the tests run it on a few images).
+# The tests run it on a few images: QUICKSTART_TRAIN, QUICKSTART_VERIFY_IMAGES and QUICKSTART_QUANTIZE
+# replace those settings (a model of two steps has near-tied classes, which int8 reorders), QUICKSTART_RUNS the runs/ folder, QUICKSTART_SKIP_SETUP=1 keeps the test suite's .venv.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh export
+[ "${QUICKSTART_SKIP_SETUP:-0}" = 1 ] || bash scripts/setup.sh export
 export KERAS_BACKEND=tensorflow TF_CPP_MIN_LOG_LEVEL=3
 train_settings=${QUICKSTART_TRAIN:-"--image-size 112 --epochs 6 --batch-size 64 --early-stopping 2"}
 verify_images=${QUICKSTART_VERIFY_IMAGES:-500}
-run="runs/quickstart-$(date +%Y%m%d-%H%M%S)"
+quantize=${QUICKSTART_QUANTIZE:-int8}
+run="${QUICKSTART_RUNS:-runs}/quickstart-$(date +%Y%m%d-%H%M%S)"
 # shellcheck disable=SC2086  # the settings are words
 .venv/bin/keras-vit train --weights vit_tiny_patch16_224 --preset finetune $train_settings --output "$run"
 .venv/bin/keras-vit evaluate "$run" --dataset cifar10-mini --split test
-.venv/bin/keras-vit export "$run" --output "$run/exports" --quantize int8 --attention \
+.venv/bin/keras-vit export "$run" --output "$run/exports" --quantize "$quantize" --attention \
     --verify-images "$verify_images"
 exported=$(ls -d "$run"/exports/*/export-1)
+phone_model=model_int8.tflite  # XNNPACK's integer kernels on the phone's CPU
+[ -f "$exported/$phone_model" ] || phone_model=model.tflite
 echo
 echo "Run folder: $run (model.keras, history.json, training.png, evaluation.json, confusion.png)"
 echo "Exports:    $(dirname "$exported")/ (1/ = SavedModel for TF Serving; export-1/ = .tflite, .onnx, verification.md)"
 echo "Open the result in the desktop app and, on a phone on this network, the web app (the first command installs the apps' extra):"
 echo "bash scripts/setup.sh apps && { .venv/bin/keras-vit app desktop --model $exported/model_attention.tflite &" \
-    ".venv/bin/keras-vit app mobile --model $exported/model_int8.tflite --host 0.0.0.0; }"
+    ".venv/bin/keras-vit app mobile --model $exported/$phone_model --host 0.0.0.0; }"
