@@ -190,6 +190,7 @@ COMMANDS = {
     "pip install -e .[torch]": Skip("as above"),
     "pip install -e .[dev]": Skip("as above"),
     "pip install -e .[jax]": Skip("as above"),
+    "pip install -e .[docs]": Skip("as above"),
     "keras-vit models": Run(),
     "keras-vit train": Run(  # makes runs/latest, which the Export section exports
         part="export",
