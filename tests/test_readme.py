@@ -419,7 +419,7 @@ print(f"=== all ran (at {time.monotonic() - START:.1f} s)", flush=True)
 """
 
 
-def test_every_readme_block_up_to_the_command_line_runs_or_says_why_not(tmp_path):
+def test_every_block_of_the_readme_and_the_pages_before_export_runs_or_says_why_not(tmp_path):
     run_session(tmp_path, "use")
 
 
