@@ -1,20 +1,20 @@
-"""The public API the README documents: every `keras_vit.x.y` path it shows resolves, as an
-import of the longest module prefix and attributes after it (so `from keras_vit.layers import
-PatchEncoder` works, not just `keras_vit.layers.PatchEncoder`), and the top-level namespace
-holds the public names only."""
+"""The public API the README and the docs pages document: every `keras_vit.x.y` path they show
+resolves, as an import of the longest module prefix and attributes after it (so `from
+keras_vit.layers import PatchEncoder` works, not just `keras_vit.layers.PatchEncoder`), and the
+top-level namespace holds the public names only."""
 
 import importlib
 import os
 import re
 import types
 
-import keras_vit
+from test_readme import ROOT, pages
 
-README = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "README.md")
+import keras_vit
 
 
 def _documented_paths():
-    text = open(README, encoding="utf-8").read()
+    text = "\n".join(open(os.path.join(ROOT, page), encoding="utf-8").read() for page in pages())
     return sorted(set(re.findall(r"keras_vit(?:\.[A-Za-z_][A-Za-z_0-9]*)+", text)))
 
 
@@ -33,9 +33,9 @@ def _resolve(path):
     raise AssertionError(f"{path}: no part of it imports")
 
 
-def test_every_path_the_readme_shows_resolves_and_its_modules_import_by_name():
+def test_every_path_the_pages_show_resolves_and_its_modules_import_by_name():
     paths = _documented_paths()
-    assert len(paths) > 15, paths  # the README documents the API; a parse that finds nothing is broken
+    assert len(paths) > 15, paths  # the pages document the API; a parse that finds nothing is broken
     for path in paths:
         module, value = _resolve(path)
         assert value is not None, path

@@ -1,13 +1,15 @@
-"""Every fenced block of README.md, run as a newcomer runs it, or listed here with the reason it
-cannot run in CI: the README cannot drift from the code again.
+"""Every fenced block of README.md and of the documentation site's pages (docs/, in the order
+of mkdocs.yml's nav), run as a newcomer runs it, or listed here with the reason it cannot run
+in CI: the README and the docs cannot drift from the code again.
 
 `PYTHON_BLOCKS` (keyed by a block's first line) and `COMMANDS` (each shell command, comments
-dropped) say how each is treated. `Run` runs it in one scratch folder, in README order and in
+dropped) say how each is treated. `Run` runs it in one scratch folder, in page order and in
 one Python process (`keras-vit` commands through `keras_vit.cli.main`), with declared
-stand-ins: (README text, what runs instead) pairs, each of which must still occur in the
-README, and the files `SCRATCH_FILES` writes where the README names a download or a user's
-files. A skipped `keras-vit` command must still parse. A block or command the tables do not
-know fails the test, so a new one must be sorted into them.
+stand-ins: (page text, what runs instead) pairs, each of which must still occur in the
+pages, and the files `SCRATCH_FILES` writes where a page names a download or a user's
+files; pretrained names the README downloads come from a stand-in hub (`HUB_REPOS`). A
+skipped `keras-vit` command must still parse. A block or command the tables do not know
+fails the test, so a new one must be sorted into them.
 """
 
 import dataclasses
@@ -20,8 +22,11 @@ import sys
 
 import pytest
 
-README = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "README.md")
-ROOT = os.path.dirname(README)
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MKDOCS = os.path.join(ROOT, "mkdocs.yml")
+# The reports under docs/benchmarks/ are written by their scripts (their blocks are the commands
+# that made them): the pages whose blocks run are the hand-written ones.
+GENERATED = "benchmarks/"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,13 +49,13 @@ class Skip:
 # Training commands take one step of 4 images with one block, without XLA's compile: what they
 # write is checked, not how well they learn (tracing 12 blocks costs ~10 s a model on CI's CPU).
 ONE_STEP = "--epochs 1 --steps-per-epoch 1 --batch-size 4 --no-jit-compile --override depth=1"
-# The model the README exports learns photos/ (colours, easy) in 24 steps instead: a model of one
+# The model the export page exports learns photos/ (colours, easy) in 24 steps instead: a model of one
 # step has near-tied classes, which the quantised variants reorder, failing their agreement check.
 LEARNS_PHOTOS = "--dataset photos --epochs 8 --batch-size 7 --no-jit-compile --override depth=1"
 # Exports verify on 20 held-out images instead of 500.
 FEW_IMAGES = "--verify-images 20"
 
-# Written into the scratch folder before the first block: what the README names but does not make.
+# Written into the scratch folder before the first block: what the pages name but do not make.
 SCRATCH_FILES = """
 import os
 import numpy as np
@@ -70,12 +75,53 @@ tiny = timm.create_model("vit_tiny_patch16_224", pretrained=False, depth=1)
 safetensors.torch.save_file(tiny.state_dict(), "vit_tiny_patch16_224.safetensors")
 """
 
-# The pretrained names download from the hub, which this machine cannot reach: the tests in
+# The pretrained names the README's example downloads, served by a stand-in hub (tests/hub_server.py)
+# as timm's repos: {repo: the timm name whose pretrained_cfg it carries}. Each is that ViT with one
+# block and random weights (as ONE_STEP), saved as timm's save_for_hf saves a model.
+HUB_REPOS = {"timm/vit_tiny_patch16_224.augreg_in21k_ft_in1k": "vit_tiny_patch16_224.augreg_in21k_ft_in1k"}
+
+
+def _stand_in_hub(root):
+    import timm
+    import torch
+    from hub_server import HubServer
+    from timm.models import save_for_hf
+
+    hub = HubServer(root)
+    torch.manual_seed(0)
+    for repo, name in HUB_REPOS.items():
+        model = timm.create_model(name, pretrained=False, depth=1)
+        save_for_hf(model, hub.repo_folder(repo), model_args={"depth": 1}, safe_serialization=True)
+    return hub
+
+
+# The other pretrained names download from the hub, which this machine cannot reach: the tests in
 # tests/model/test_pretrained.py, tests/training/test_pretrained_start.py and
 # tests/export/test_pretrained_export.py run the same calls against a stand-in hub.
 _HUB = Skip("downloads from the model hub; the pretrained tests run it against a stand-in hub")
 
 PYTHON_BLOCKS = {
+    # The README's example: its pretrained name downloads from the stand-in hub (HUB_REPOS).
+    "import keras, keras_vit": Run(
+        stand_ins=(
+            ("batch_size=32", "batch_size=8"),
+            ("epochs=5", "epochs=1"),
+            ('dataset="photos/")', 'dataset="photos/", verify_images=20)'),  # as FEW_IMAGES
+        ),
+        check="""
+import glob
+cached = os.listdir(os.environ["HF_HUB_CACHE"])
+assert "models--timm--vit_tiny_patch16_224.augreg_in21k_ft_in1k" in cached, cached
+assert model.get_config()["depth"] == 1  # the stand-in repo's config.json, read from the hub
+assert any("head layer re-initialised" in line for line in WARNINGS), WARNINGS
+assert keras.models.load_model("flowers.keras").class_names == data.class_names == ["daisy", "rose", "tulip"]
+(folder,) = glob.glob("exports/*/export-1")
+for name in ("model.tflite", "model_fp16.tflite", "model.onnx", "verification.json"):
+    assert os.path.exists(f"{folder}/{name}"), name
+assert open(f"{folder}/labels.txt").read().split() == data.class_names
+assert glob.glob("exports/*/1/saved_model.pb")
+""",
+    ),
     "import keras_vit": _HUB,
     "import keras": Run(
         stand_ins=(
@@ -144,6 +190,7 @@ COMMANDS = {
     "pip install -e .[torch]": Skip("as above"),
     "pip install -e .[dev]": Skip("as above"),
     "pip install -e .[jax]": Skip("as above"),
+    "pip install -e .[docs]": Skip("as above"),
     "keras-vit models": Run(),
     "keras-vit train": Run(  # makes runs/latest, which the Export section exports
         part="export",
@@ -248,23 +295,46 @@ assert os.path.exists("exports/vit_nano_patch4_32/1/saved_model.pb")
 }
 
 
-# The README runs as two sessions in two test files (tests/test_readme_export.py runs the
-# second), so that two workers share its minute and a half: the sections up to the command line,
-# then Export and what follows.
+# The pages run as two sessions in two test files (tests/test_readme_export.py runs the second),
+# so that two workers share their minute and a half: README.md and the pages before the export
+# page, then that page and the pages after it in the nav.
 PARTS = ("use", "export")
-FIRST_SECTION_OF_EXPORT = "## Export"
+FIRST_PAGE_OF_EXPORT = "docs/export.md"
+
+
+def pages():
+    """README.md, then each hand-written page of the documentation site in mkdocs.yml's nav
+    order (paths from the checkout's root)."""
+    import yaml
+
+    config = yaml.safe_load(open(MKDOCS, encoding="utf-8"))
+
+    def walk(entry):
+        if isinstance(entry, str):
+            yield entry
+        else:
+            for value in entry.values() if isinstance(entry, dict) else entry:
+                yield from walk(value)
+
+    docs = config.get("docs_dir", "docs")
+    return ["README.md"] + [
+        f"{docs}/{page}" for page in walk(config["nav"]) if not page.startswith(GENERATED)
+    ]
 
 
 def _blocks(with_part=False):
-    """(language, first line (up to a gap of spaces), text) of each fenced block, in order; with
-    its part of the README (`PARTS`) too when `with_part`."""
-    text = open(README, encoding="utf-8").read()
-    export_from = text.index(FIRST_SECTION_OF_EXPORT)
+    """(language, first line (up to a gap of spaces), text) of each fenced block, in page order;
+    with its part (`PARTS`) and its page too when `with_part`."""
     blocks = []
-    for found in re.finditer(r"^```(\w*)\n(.*?)^```", text, re.M | re.S):
-        language, body = found.groups()
-        block = (language, re.split(r"\s{2,}", body.splitlines()[0].strip())[0], body)
-        blocks.append(block + ((PARTS[found.start() > export_from],) if with_part else ()))
+    part = PARTS[0]
+    for page in pages():
+        part = PARTS[1] if page == FIRST_PAGE_OF_EXPORT else part
+        text = open(os.path.join(ROOT, page), encoding="utf-8").read()
+        for found in re.finditer(r"^```(\w*)\n(.*?)^```", text, re.M | re.S):
+            language, body = found.groups()
+            block = (language, re.split(r"\s{2,}", body.splitlines()[0].strip())[0], body)
+            blocks.append(block + ((part, page) if with_part else ()))
+    assert part == PARTS[1], f"{FIRST_PAGE_OF_EXPORT} is not in mkdocs.yml's nav"
     return blocks
 
 
@@ -286,10 +356,10 @@ def _with_stand_ins(text, entry, where):
 
 
 def _session_steps(part):
-    """The README's runnable blocks and commands of `part` (one of `PARTS`), in order, as steps
+    """The pages' runnable blocks and commands of `part` (one of `PARTS`), in order, as steps
     for SESSION."""
     steps = [{"name": "scratch files", "kind": "python", "code": SCRATCH_FILES, "block": "", "check": ""}]
-    for language, first_line, body, section_part in _blocks(with_part=True):
+    for language, first_line, body, section_part, page in _blocks(with_part=True):
         if language == "python":
             entries = [(first_line, PYTHON_BLOCKS.get(first_line), body)]
         elif language == "bash":
@@ -297,7 +367,7 @@ def _session_steps(part):
         else:
             entries = [(first_line, LISTINGS.get(first_line), None)]
         for key, entry, code in entries:
-            assert entry is not None, f"README block or command not sorted into tests/test_readme.py: {key!r}"
+            assert entry is not None, f"{page}: block or command not sorted into test_readme.py: {key!r}"
             if isinstance(entry, Skip) or (entry.part or section_part) != part:
                 continue
             step = {"name": key[:80], "block": body, "check": entry.check, "tfds_mock": entry.tfds_mock}
@@ -328,6 +398,7 @@ logging.getLogger("keras_vit").setLevel(logging.INFO)
 names = {"re": re, "os": os, "LOGGED": LOGGED, "WARNINGS": WARNINGS}
 for step in json.load(open(sys.argv[1])):
     print(f"=== {step['name']} (at {time.monotonic() - START:.1f} s)", flush=True)
+    del LOGGED[:], WARNINGS[:]  # a step's check sees what that step logged
     printed = io.StringIO()
     mock = contextlib.nullcontext()
     if step.get("tfds_mock"):
@@ -348,32 +419,38 @@ print(f"=== all ran (at {time.monotonic() - START:.1f} s)", flush=True)
 """
 
 
-def test_every_readme_block_up_to_the_command_line_runs_or_says_why_not(tmp_path):
+def test_every_block_of_the_readme_and_the_pages_before_export_runs_or_says_why_not(tmp_path):
     run_session(tmp_path, "use")
 
 
 def run_session(tmp_path, part):
-    """Runs the README's `part` in one Python process in a scratch folder; fails naming the step."""
+    """Runs the pages' `part` in one Python process in a scratch folder; fails naming the step."""
     steps = _session_steps(part)
     (tmp_path / "steps.json").write_text(json.dumps(steps))
     scratch = tmp_path / "scratch"
     scratch.mkdir()
-    result = subprocess.run(
-        [sys.executable, "-c", SESSION, str(tmp_path / "steps.json")],
-        cwd=scratch,
-        capture_output=True,
-        text=True,
-        timeout=540,
-    )
+    (tmp_path / "hub").mkdir()
+    hub = _stand_in_hub(tmp_path / "hub")
+    try:
+        result = subprocess.run(
+            [sys.executable, "-c", SESSION, str(tmp_path / "steps.json")],
+            cwd=scratch,
+            env=dict(os.environ, HF_ENDPOINT=hub.url, HF_HUB_CACHE=str(tmp_path / "hub-cache")),
+            capture_output=True,
+            text=True,
+            timeout=540,
+        )
+    finally:
+        hub.stop()
     ran = re.findall(r"^=== (.*) \(at [\d.]+ s\)$", result.stdout, re.M)
     print("\n".join(re.findall(r"^=== .*$", result.stdout, re.M)))  # each step's start, for --durations' sake
     assert result.returncode == 0 and ran[-1:] == ["all ran"], (
-        f"README step {ran[-1] if ran else '?'!r} failed:\n{result.stdout[-3000:]}\n{result.stderr[-5000:]}"
+        f"page step {ran[-1] if ran else '?'!r} failed:\n{result.stdout[-3000:]}\n{result.stderr[-5000:]}"
     )
 
 
-def test_the_tables_name_only_what_the_readme_holds():
-    """A table entry whose block or command has left the README would hide nothing: drop it."""
+def test_the_tables_name_only_what_the_pages_hold():
+    """A table entry whose block or command has left the pages would hide nothing: drop it."""
     blocks = _blocks()
     commands = {command for language, _, body in blocks if language == "bash" for command in _commands(body)}
     first_lines = {first_line for _, first_line, _ in blocks}
