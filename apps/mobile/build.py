@@ -26,7 +26,6 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from keras_vit.data.contract import RESIZE, InputContract
 from keras_vit.apps.mobile.front_end import (
     HERE,
     VENDOR_FILES,
@@ -34,6 +33,7 @@ from keras_vit.apps.mobile.front_end import (
     holds_front_end,
     packaged_front_end,
 )
+from keras_vit.data.contract import RESIZE, InputContract
 from keras_vit.files import DiskFullError, folder_size
 from keras_vit.inference.runtimes import TOP_K, TFLiteRunner
 from keras_vit.storage.export_folder import TFLITE_FILE as MODEL_FILE

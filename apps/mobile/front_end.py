@@ -58,9 +58,10 @@ def installed_version(folder, package):
 def holds_front_end(folder):
     """Whether `folder` has every locked package at its locked version and every file the page loads."""
     folder = Path(folder)
-    return all(installed_version(folder, name) == version for name, version in locked_versions().items()) and all(
-        (folder / name).is_file() and (folder / name).stat().st_size > 0 for name in VENDOR_FILES
-    )
+    versions = all(installed_version(folder, name) == version for name, version in locked_versions().items())
+    # npm reports success on a full disk, leaving empty .wasm files: an empty file is a missing one.
+    files = all((folder / name).is_file() and (folder / name).stat().st_size for name in VENDOR_FILES)
+    return versions and files
 
 
 def front_end_folder():
