@@ -69,7 +69,8 @@ EOF
 }
 step "an image from the installed cifar10-mini" an_image
 
-# predicted JSON CLASSES: `keras-vit predict --json`'s one answer has a top 5 from CLASSES.
+# predicted JSON CLASSES [TOP1]: `keras-vit predict --json`'s one answer has a top 5 from CLASSES
+# (and TOP1 first).
 predicted() {
     python - "$@" << 'EOF'
 import json, sys
@@ -78,6 +79,7 @@ import json, sys
 assert "error" not in answer, answer["error"]
 classes = [row["class"] for row in answer["top_k"]]
 assert len(classes) == 5 and set(classes) <= set(json.loads(sys.argv[2])), classes
+assert sys.argv[3:] in ([], classes[:1]), f"top-1 {classes[0]!r}, expected {sys.argv[3]!r}"
 print(answer["path"] + ": " + ", ".join(f"{r['class']} {r['probability']:.3f}" for r in answer["top_k"]))
 EOF
 }
@@ -99,7 +101,7 @@ if python -m zipfile -l "$root/$wheel" | grep -q "^keras_vit/model/embedded/.*\.
         keras-vit predict vit_tiny_patch16_224 "$work/airplane.png" --json > "$work/embedded.json" &&
             labels=$(python -c 'import json, keras_vit.model.pretrained as p
 print(json.dumps(p.label_set("imagenet-1k")))') &&
-            predicted "$work/embedded.json" "$labels"
+            predicted "$work/embedded.json" "$labels" airliner  # timm's ViT-Ti: 0.86
     }
     step "keras-vit predict vit_tiny_patch16_224 with the embedded model, offline" predict_embedded
     tail -n 1 "$work/step.log"
