@@ -100,11 +100,7 @@ def test_the_package_data_is_in_the_wheel_byte_for_byte(wheel):
         *_source_files("keras_vit/data/embedded", "*.md"),
         *_source_files("keras_vit/model/tables"),
     ]
-    embedded_model = [
-        p
-        for pattern in ("*.safetensors", "*.json", "*.md")
-        for p in _source_files("keras_vit/model/embedded", pattern)
-    ]
+    embedded_model = _source_files("keras_vit/model/embedded")  # weights, config, provenance, licence
     for path in data + embedded_model:
         name = _in_wheel(path)
         assert name in files, f"{name} is missing from the wheel"
