@@ -95,7 +95,10 @@ predict_trained() {
 step "keras-vit predict with the model it trained" predict_trained
 tail -n 1 "$work/step.log"
 
-if python -m zipfile -l "$root/$wheel" | grep -q "^keras_vit/model/embedded/.*\.safetensors "; then
+ships_embedded_model='import sys, zipfile
+names = zipfile.ZipFile(sys.argv[1]).namelist()
+sys.exit(not [n for n in names if n.startswith("keras_vit/model/embedded/") and n.endswith(".safetensors")])'
+if python -c "$ships_embedded_model" "$root/$wheel"; then
     predict_embedded() {
         local labels
         keras-vit predict vit_tiny_patch16_224 "$work/airplane.png" --json > "$work/embedded.json" &&
