@@ -235,9 +235,11 @@ def _row(name, rate, flops_per_image, peak_tflops):
     }
 
 
-def run(quick=False):
+def run(quick=False, on_progress=None):
+    """Measures everything; `on_progress(summary)` after each row, so that a run cut short (the
+    lent GPU's minutes end) still leaves its report with the rows it measured."""
     # PyTorch before TensorFlow (keras_vit imports it for tf.data): the other order breaks torchvision.
-    import torch
+    import torch  # noqa: F401
 
     import keras_vit
 
@@ -267,25 +269,33 @@ def run(quick=False):
         row["keras_vit"]["mfu_of_measured_peak"] = rate * flops / (measured_peak * 1e12)
         training.append(row)
         print(json.dumps(row), flush=True)
+        if on_progress:
+            on_progress(summarise(name, spec_tflops, measured_peak, training, None))
     augmentation = augmentation_cost(
         "cifar10-mini", "vit_tiny_patch4_32", batch=8 if tiny else 512, steps=2 if tiny else 40,
         epochs=1 if tiny else 3, precision=precision,
     )  # fmt: skip
+    return summarise(name, spec_tflops, measured_peak, training, augmentation)
+
+
+def summarise(name, spec_tflops, measured_peak, training, augmentation):
+    """The report's JSON from the measured rows; `augmentation` None while it is not measured."""
+    import torch
+
     headline = training[0]
-    summary = {
+    return {
         "gpu": name or "none (CPU smoke run)",
         "bf16_spec_tflops": spec_tflops,
         "bf16_matmul_peak_tflops": measured_peak,
         "speedup_gpu_train_vs_timm": headline["keras_vit"]["images_per_second"]
         / headline["timm"]["images_per_second"],
         "gpu_train_mfu": headline["keras_vit"]["mfu"],
-        "gpu_augmentation_cost": augmentation["cost"],
+        "gpu_augmentation_cost": augmentation["cost"] if augmentation else None,
         "training": training,
         "augmentation": augmentation,
         "torch": torch.__version__,
         "keras_backend": os.environ["KERAS_BACKEND"],
     }
-    return summary
 
 
 def write_report(summary, folder):
@@ -315,11 +325,16 @@ def write_report(summary, folder):
             f"{cell(row['keras_hub'])} | {cell(row['timm'])} |"
         )
     augmentation = summary["augmentation"]
+    lines.append("")
+    if augmentation:
+        lines.append(
+            f"`keras-vit train` (vit_tiny_patch4_32, bf16, batch 512): {augmentation['plain']:,.0f} img/s "
+            f"without augmentation, {augmentation['augmented']:,.0f} with the full set "
+            f"(cost {augmentation['cost']:.1%})."
+        )
+    else:
+        lines.append("The augmentation's cost: not measured (the run ended before that part).")
     lines += [
-        "",
-        f"`keras-vit train` (vit_tiny_patch4_32, bf16, batch 512): {augmentation['plain']:,.0f} img/s "
-        f"without augmentation, {augmentation['augmented']:,.0f} with the full set "
-        f"(cost {augmentation['cost']:.1%}).",
         "",
         f"keras_vit over timm (ViT-B/16, first row): {summary['speedup_gpu_train_vs_timm']:.2f}x.",
         "",
@@ -339,9 +354,11 @@ def main(argv=None):
     if gpu_name() is None and not args.allow_cpu:
         print("benchmarks/gpu.py: no GPU found (JAX sees none); nothing measured.")
         return 0
-    summary = run(quick=args.quick)
-    if gpu_name() is not None:  # a CPU smoke run never replaces the GPU figures
-        write_report(summary, args.output)
+    # A CPU smoke run never replaces the GPU figures.
+    report = (lambda summary: write_report(summary, args.output)) if gpu_name() is not None else None
+    summary = run(quick=args.quick, on_progress=report)
+    if report:
+        report(summary)
     print(json.dumps({k: v for k, v in summary.items() if k not in ("training", "augmentation")}))
     return 0
 

@@ -8,6 +8,9 @@ try resumes it.
 """
 
 import os
+import socket
+import time
+import urllib.parse
 
 from keras_vit.files import is_disk_full
 
@@ -17,10 +20,19 @@ CONFIG_FILE = "config.json"
 WEIGHTS_FILES = ("model.safetensors", "pytorch_model.bin", "open_clip_pytorch_model.bin")
 # transformers' image processor settings (mean and std), when the repo has them.
 PREPROCESSOR_FILE = "preprocessor_config.json"
+# How long the endpoint may take to accept a connection before it counts as unreachable, and how
+# long that answer is remembered (huggingface_hub would retry a refused connection for 23 s).
+CONNECT_SECONDS = 3.0
+REMEMBER_SECONDS = 30.0
+PROXY_VARIABLES = ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "https_proxy", "http_proxy", "all_proxy")
 
 
 class HubError(OSError):
     """A hub file that cannot be had: the message names the repo or file and what to do."""
+
+
+class Unreachable(HubError):
+    """The hub cannot be reached (or offline mode is on) and the cache lacks the file."""
 
 
 def download(repo, filename, revision=None):
@@ -34,8 +46,13 @@ def download(repo, filename, revision=None):
     from huggingface_hub import errors
 
     where = f"{repo}@{revision}" if revision else repo
+    # An endpoint that refuses or ignores connections: the cache or one line now, not after
+    # huggingface_hub's five retries.
+    cache_only = not offline() and not endpoint_answers()
     try:
-        return huggingface_hub.hf_hub_download(repo, filename, revision=revision, library_name="keras-vit")
+        return huggingface_hub.hf_hub_download(
+            repo, filename, revision=revision, library_name="keras-vit", local_files_only=cache_only
+        )
     except errors.GatedRepoError:
         raise HubError(
             f"{where} is gated: accept its terms on the hub, then set HF_TOKEN (or `hf auth login`)."
@@ -49,7 +66,7 @@ def download(repo, filename, revision=None):
     except errors.RemoteEntryNotFoundError:
         raise MissingFile(f"{where} has no file {filename}.") from None
     except errors.LocalEntryNotFoundError:
-        raise HubError(_unreachable(where, filename)) from None
+        raise Unreachable(_unreachable(where, filename)) from None
     except OSError as error:
         if is_disk_full(error):
             raise HubError(
@@ -77,15 +94,17 @@ def download_first(repo, filenames, revision=None):
     Raises:
         HubError: it has none of them, or `download` fails.
     """
+    unreachable = None
     for filename in filenames:
         try:
             return filename, download(repo, filename, revision)
         except MissingFile:
             continue
-        except HubError:
-            if not offline() or filename == filenames[-1]:
-                raise
-            # Offline: a file missing from the cache may be one the repo never had; try the next.
+        except Unreachable as error:
+            # Only the cache answers: a file missing from it may be one the repo never had.
+            unreachable = unreachable or error
+    if unreachable:
+        raise unreachable
     where = f"{repo}@{revision}" if revision else repo
     raise HubError(f"{where} has none of {', '.join(filenames)}: it holds no weights keras-vit reads.")
 
@@ -94,6 +113,29 @@ def offline():
     from huggingface_hub import constants
 
     return bool(constants.HF_HUB_OFFLINE)
+
+
+_answers = {}  # endpoint -> (whether it answered, when asked)
+
+
+def endpoint_answers():
+    """Whether the hub's endpoint accepts a TCP connection within `CONNECT_SECONDS`; remembered
+    for `REMEMBER_SECONDS`. Behind a proxy the endpoint is the proxy's to reach: True."""
+    endpoint = _endpoint()
+    if any(os.environ.get(name) for name in PROXY_VARIABLES):
+        return True
+    answered, asked = _answers.get(endpoint, (None, 0.0))
+    if answered is not None and time.monotonic() - asked < REMEMBER_SECONDS:
+        return answered
+    url = urllib.parse.urlsplit(endpoint)
+    port = url.port or (443 if url.scheme == "https" else 80)
+    try:
+        socket.create_connection((url.hostname, port), timeout=CONNECT_SECONDS).close()
+        answered = True
+    except OSError:
+        answered = False
+    _answers[endpoint] = (answered, time.monotonic())
+    return answered
 
 
 def is_cached(repo, filename=CONFIG_FILE):

@@ -18,6 +18,7 @@ import difflib
 import functools
 import gzip
 import json
+import logging
 import os
 import re
 
@@ -25,11 +26,16 @@ from keras_vit.files import read_json
 from keras_vit.model import hub, hub_config
 
 TABLES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tables")
+# Pretrained tags shipped inside the package, a folder each in the hub's layout: the offline
+# default for their own names (embedded/README.md: the ViT-Ti, its provenance and licence).
+EMBEDDED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "embedded")
 TABLE_FILE = "pretrained.json"
 # A label set's classes, a row each: the WordNet id, a tab, timm's description.
 LABEL_SET_FILE = "{}.tsv.gz"
 HUB_PREFIX, LOCAL_PREFIX = "hf-hub:", "local-dir:"
 _REPO = re.compile(r"[\w.-]+/[\w.-]+")
+logger = logging.getLogger(__name__)
+_announced = set()  # embedded copies this process has said it uses
 
 
 def pretrained_table():
@@ -93,10 +99,12 @@ def class_names_for(num_classes):
 
 
 class Source:
-    """Where a name's files are: a hub repo (`repo`, `revision`) or a local folder (`folder`)."""
+    """Where a name's files are: a hub repo (`repo`, `revision`) or a local folder (`folder`).
+    `embedded`: the copy shipped inside keras-vit, used when the hub cannot be reached."""
 
-    def __init__(self, name, repo=None, revision=None, folder=None):
+    def __init__(self, name, repo=None, revision=None, folder=None, embedded=None):
         self.name, self.repo, self.revision, self.folder = name, repo, revision, folder
+        self.embedded = embedded
 
     def file(self, filename):
         """The local path of one of the source's files (downloaded when from a hub)."""
@@ -105,16 +113,37 @@ class Source:
             if not os.path.isfile(path):
                 raise hub.MissingFile(f"{self.folder} has no {filename}.")
             return path
-        return hub.download(self.repo, filename, self.revision)
+        try:
+            return hub.download(self.repo, filename, self.revision)
+        except hub.Unreachable as error:
+            self._use_embedded(error)
+            return self.file(filename)
 
     def weights(self):
         """The path of its weights: safetensors when it has them."""
         if self.folder is None:
-            return hub.download_first(self.repo, hub.WEIGHTS_FILES, self.revision)[1]
+            try:
+                return hub.download_first(self.repo, hub.WEIGHTS_FILES, self.revision)[1]
+            except hub.Unreachable as error:
+                self._use_embedded(error)
         for filename in hub.WEIGHTS_FILES:
             if os.path.isfile(os.path.join(self.folder, filename)):
                 return os.path.join(self.folder, filename)
         raise hub.HubError(f"{self.folder} has none of {', '.join(hub.WEIGHTS_FILES)}.")
+
+    def _use_embedded(self, error):
+        """From now on, the files shipped inside keras-vit; without such a copy, `error` stands."""
+        if self.embedded is None:
+            raise error
+        self.folder = self.embedded
+        if self.embedded in _announced:  # one line a process, however often the name is read
+            return
+        _announced.add(self.embedded)
+        reason = "HF_HUB_OFFLINE is set" if hub.offline() else "the hub cannot be reached"
+        logger.warning(
+            "%s is not in the model cache and %s: using the copy shipped inside keras-vit (%s).",
+            self.name, reason, self.embedded,
+        )  # fmt: skip
 
 
 def resolve(name):
@@ -137,7 +166,10 @@ def resolve(name):
     table = _table()
     tag = table["defaults"].get(name, name)
     if tag in table["tags"]:
-        return Source(name, repo=table["tags"][tag]["repo"])
+        embedded = os.path.join(EMBEDDED, tag)
+        return Source(
+            name, repo=table["tags"][tag]["repo"], embedded=embedded if os.path.isdir(embedded) else None
+        )
     raise ValueError(f"Unknown pretrained name {name!r}: {unknown_name(name)}")
 
 

@@ -11,7 +11,7 @@ import pytest
 import timm
 import timm.data
 import torch
-from conftest import HUB
+from conftest import HUB, REAL_VIT_TI, serve_real_vit_ti
 from timm.models import save_for_hf
 
 import keras_vit
@@ -412,3 +412,100 @@ def test_evaluate_scores_an_imagenet_name_on_some_of_its_classes_in_folders_name
     chosen = logits.numpy()[:, [imagenet.index(wnid) for wnid in wnids]].argmax(axis=1)
     assert result["top1"] == np.mean(chosen == [0, 0, 1, 1]) and result["top5"] == 1.0
     assert (tmp_path / "report" / "evaluation.json").exists()
+
+
+# The embedded ViT-Ti: byte for byte the real checkpoint of ../shared/pretrained (its README's sha256).
+EMBEDDED_VIT_TI = "vit_tiny_patch16_224.augreg_in21k_ft_in1k"
+EMBEDDED_SHA256 = "3f1f07da5e1337265ac1eb0234d13841467caf730b3c4240bd3f98c49bc16a92"
+
+
+def test_the_embedded_vit_ti_is_the_real_checkpoint_with_its_licence_and_provenance():
+    import hashlib
+
+    folder = os.path.join(pretrained.EMBEDDED, EMBEDDED_VIT_TI)
+    with open(os.path.join(folder, "model.safetensors"), "rb") as f:
+        assert hashlib.sha256(f.read()).hexdigest() == EMBEDDED_SHA256
+    shared_readme = os.path.join(
+        os.path.dirname(os.path.dirname(__file__)), "..", "..", "shared", "pretrained"
+    )
+    if os.path.isdir(shared_readme):  # the provenance's own record, where it is beside the checkout
+        with open(os.path.join(shared_readme, "README.md")) as f:
+            assert EMBEDDED_SHA256 in f.read()
+    with open(os.path.join(folder, "config.json")) as f:
+        assert json.load(f)["pretrained_cfg"]["license"] == "apache-2.0"
+    with open(os.path.join(pretrained.EMBEDDED, "README.md")) as f:
+        notes = f.read()
+    assert EMBEDDED_SHA256 in notes and "Apache-2.0" in notes and "codr-shiv/VisionTransformer" in notes
+    with open(os.path.join(pretrained.EMBEDDED, "LICENSE")) as f:
+        assert "Apache License" in f.read()
+
+
+@pytest.fixture
+def counted_retries(monkeypatch):
+    """huggingface_hub's waits between retries, recorded instead of waited."""
+    import time
+    import types
+
+    from huggingface_hub.utils import _http as http_stack
+
+    waits = []
+    monkeypatch.setattr(http_stack, "time", types.SimpleNamespace(sleep=waits.append, time=time.time))
+    return waits
+
+
+@pytest.fixture(autouse=True)
+def _unannounced(monkeypatch):
+    """Each test starts as a new process: no embedded copy said yet."""
+    monkeypatch.setattr(pretrained, "_announced", set())
+
+
+@pytest.fixture
+def hub_down():
+    HUB.stop()
+    pretrained.hub._answers.clear()
+    yield
+    HUB.start()
+    pretrained.hub._answers.clear()
+
+
+def _embedded_notice(caplog):
+    return [r.getMessage() for r in caplog.records if "copy shipped inside keras-vit" in r.getMessage()]
+
+
+@pytest.mark.parametrize("name", ["vit_tiny_patch16_224", EMBEDDED_VIT_TI])
+def test_an_unreachable_hub_gives_the_embedded_vit_ti_for_its_names_at_once_and_says_so(
+    name, hub_cache, hub_down, counted_retries, caplog, tmp_path, capsys
+):
+    caplog.set_level("WARNING")
+    model = keras_vit.create_model(name, pretrained=True)
+    (notice,) = _embedded_notice(caplog)
+    assert notice.startswith(f"{name} is not in the model cache and the hub cannot be reached"), notice
+    keras_vit.create_model(name, pretrained=True, num_classes=3)
+    assert len(_embedded_notice(caplog)) == 1  # said once a process
+    assert model.num_classes == 1000 and model.class_names[0] == "tench, Tinca tinca"
+    assert counted_retries == []  # the endpoint was asked once, not retried five times
+    # Any other name: one line, no retries either.
+    line = _one_line_error(capsys, "hf-hub:tests/tiny-vit", str(tmp_path / "any.png"))
+    assert f"Cannot reach {HUB.url}" in line and "check the network" in line, line
+    line = _one_line_error(capsys, "vit_small_patch16_224", str(tmp_path / "any.png"))
+    assert f"Cannot reach {HUB.url}" in line, line
+    assert counted_retries == []
+
+
+def test_offline_mode_with_an_empty_cache_gives_the_embedded_vit_ti_and_a_reachable_hub_comes_first(
+    hub_cache, caplog, monkeypatch
+):
+    from huggingface_hub import constants
+
+    caplog.set_level("WARNING")
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    keras_vit.create_model("vit_tiny_patch16_224", pretrained=True)
+    (notice,) = _embedded_notice(caplog)
+    assert "HF_HUB_OFFLINE is set" in notice, notice
+    caplog.clear()
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    serve_real_vit_ti()
+    HUB.requests.clear()
+    keras_vit.create_model("vit_tiny_patch16_224", pretrained=True)
+    assert _embedded_notice(caplog) == []
+    assert ("GET", f"/{REAL_VIT_TI}/resolve/main/model.safetensors") in HUB.requests, HUB.requests

@@ -126,3 +126,40 @@ def test_data_parallel_over_two_devices_matches_one_device_even_distilling_from_
     runs = report["runs"]
     assert report["devices"] == 2 and {run["teacher"] for run in runs.values()} == {"tflite"}
     np.testing.assert_allclose(runs["mirrored"]["loss"], runs["one-device"]["loss"], rtol=1e-4)
+
+
+FUSED_ATTENTION_CHECK = """
+import json, numpy as np, jax
+import keras_vit
+from keras_vit.model.vit import layers
+
+model = keras_vit.create_model("vit_tiny_patch16_224", image_size=32, patch_size=8, depth=2, num_classes=5)
+images = np.random.default_rng(0).uniform(0, 255, (3, 32, 32, 3)).astype("float32")
+fused_calls = []
+fused = layers.fused_attention
+layers.fused_attention = lambda *args: fused_calls.append(1) or fused(*args)
+inference = np.asarray(model(images, training=False))
+calls_in_inference = len(fused_calls)
+trainable = [v.value for v in model.trainable_variables]
+frozen = [v.value for v in model.non_trainable_variables]
+model.stateless_call(trainable, frozen, images, training=True)
+calls_in_training = len(fused_calls) - calls_in_inference
+layers.fused_attention_applies = lambda *args: False
+explicit = np.asarray(model(images, training=False))
+print(json.dumps({"inference": calls_in_inference, "training": calls_in_training,
+                  "difference": float(np.abs(inference - explicit).max())}))
+"""
+
+
+def test_jax_inference_runs_attention_fused_with_the_explicit_ops_answers_and_training_keeps_them():
+    result = subprocess.run(
+        [sys.executable, "-c", FUSED_ATTENTION_CHECK],
+        env=_env("jax"),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    found = json.loads(result.stdout.strip().splitlines()[-1])
+    assert found["inference"] == 2 and found["training"] == 0  # one per block, inference only
+    assert found["difference"] < 1e-5

@@ -231,7 +231,7 @@ def fused_attention_applies(attention_dropout, training, return_attention_scores
     XLA's fused softmax elsewhere), when nobody asks for the weights and no dropout falls on them.
     TensorFlow keeps the explicit matmuls, softmax and matmul: the TFLite and ONNX exports and
     their integer recipes are written against those ops."""
-    if return_attention_scores or (training and attention_dropout > 0):
+    if return_attention_scores or training:
         return False
     return keras.backend.backend() == "jax"
 
@@ -241,7 +241,7 @@ def fused_attention(q, k, v, num_heads, scale):
     width as timm splits them; returns `(batch, tokens, width)`."""
     batch_tokens_heads = (-1, q.shape[1] if q.shape[1] is not None else ops.shape(q)[1], num_heads)
     heads = [ops.reshape(t, batch_tokens_heads + (t.shape[-1] // num_heads,)) for t in (q, k, v)]
-    out = ops.dot_product_attention(*heads, scale=scale)
+    out = ops.dot_product_attention(*heads, scale=scale, flash_attention=False)
     return ops.reshape(out, ops.shape(q))
 
 
