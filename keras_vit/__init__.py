@@ -16,7 +16,7 @@ import sys as _sys
 # Keras reads its backend once, at import: TensorFlow unless the user chose.
 _os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 
 def _command_line_is_starting():

@@ -11,7 +11,7 @@ import os
 import sys
 import typing
 
-from keras_vit import framework_logs
+from keras_vit import __version__, framework_logs
 from keras_vit.data.images import IMAGE_EXTENSIONS
 from keras_vit.inference.runtimes import TOP_K
 from keras_vit.storage.export_folder import (
@@ -502,6 +502,7 @@ def build_parser():
         prog="keras-vit",
         description="Vision Transformers for Keras 3: list, train, evaluate, export and predict.",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     commands.required = True
     common = argparse.ArgumentParser(add_help=False)

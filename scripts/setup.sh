@@ -15,6 +15,12 @@ python="${PYTHON:-python3}"
 [ -x .venv/bin/python ] || "$python" -m venv .venv
 spec="."
 [ -n "$extras" ] && spec=".[$extras]"
+# Before 0.2.0 this project installed under the distribution name keras-vit (now
+# keras-vision-transformers); left in .venv, it would provide a second keras_vit.
+if .venv/bin/python -m pip show --quiet keras-vit > /dev/null 2>&1; then
+    echo "Removing the old keras-vit distribution from .venv ..."
+    .venv/bin/python -m pip uninstall --quiet --yes keras-vit
+fi
 echo "Installing keras-vit${extras:+ with [$extras]} into .venv ..."
 .venv/bin/python -m pip install --quiet --disable-pip-version-check --editable "$spec"
 

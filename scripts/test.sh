@@ -4,8 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh dev
-.venv/bin/ruff check keras_vit export apps tests benchmarks scripts
-.venv/bin/ruff format --check keras_vit export apps tests benchmarks scripts
+.venv/bin/ruff check keras_vit export apps tests benchmarks scripts setup.py
+.venv/bin/ruff format --check keras_vit export apps tests benchmarks scripts setup.py
 export KERAS_BACKEND=tensorflow TF_CPP_MIN_LOG_LEVEL=2
 # Three workers on CI's 2 cores, each test file on one (its module fixtures built once), the
 # slowest files first (tests/conftest.py orders them). The training and export tests wait for

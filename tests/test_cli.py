@@ -110,6 +110,19 @@ def test_help_and_models_answer_without_importing_a_framework(start, command):
     assert not {"tensorflow", "keras", "jax"} & set(imported)
 
 
+@pytest.mark.parametrize("start", ["keras-vit", "python -m keras_vit"])
+def test_version_is_the_packages_and_answers_without_importing_a_framework(start):
+    script = os.path.join(os.path.dirname(sys.executable), "keras-vit")
+    entry = [script] if start == "keras-vit" else ["-m", "keras_vit"]
+    result = subprocess.run(
+        [sys.executable, "-X", "importtime", *entry, "--version"], capture_output=True, text=True, check=True
+    )
+    assert result.stdout == f"keras-vit {keras_vit.__version__}\n"
+    assert re.fullmatch(r"\d+\.\d+\.\d+", keras_vit.__version__)
+    imported = re.findall(r"\|\s+([\w.]+)$", result.stderr, flags=re.MULTILINE)
+    assert not {"tensorflow", "keras", "jax"} & set(imported)
+
+
 def test_training_shows_a_progress_bar_in_a_terminal_and_a_line_per_epoch_in_a_log():
     from keras_vit.training.train import keras_verbosity
 

@@ -6,15 +6,16 @@ or copied to any static HTTPS host:
     index.html, app.js, preprocess.js, style.css   the page (apps/mobile/web/)
     sw.js                                           the service worker, with its precache list
     manifest.webmanifest, icons/                    what makes it installable
-    vendor/@litertjs/...                            LiteRT.js (package-lock.json), from npm
+    vendor/@litertjs/...                            LiteRT.js (package-lock.json)
     model.tflite, model.json                        the model and what its metadata says
 
 model.json is read out of the `.tflite` (its metadata, label file and tensor details), so the
 class names, image size and normalisation have one source: the exported model.
 
-LiteRT.js is installed once per user (`npm ci`) into a cache folder named after the lock
-file (`front_end_folder()`), never into the installed package, which may be read-only and
-is replaced by the next upgrade.
+LiteRT.js comes from the package's own copy, which the wheel carries (`front_end.vendor()`, so
+an installed keras-vit needs no Node.js), else, in a source checkout, from `npm ci` run once per
+user into a cache folder named after the lock file (`front_end.front_end_folder()`), never into
+the package, which may be read-only and is replaced by the next upgrade.
 """
 
 import hashlib
@@ -25,50 +26,22 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from keras_vit.apps.mobile.front_end import (
+    HERE,
+    VENDOR_FILES,
+    front_end_folder,
+    holds_front_end,
+    packaged_front_end,
+)
 from keras_vit.data.contract import RESIZE, InputContract
 from keras_vit.files import DiskFullError, folder_size
 from keras_vit.inference.runtimes import TOP_K, TFLiteRunner
 from keras_vit.storage.export_folder import TFLITE_FILE as MODEL_FILE
 
-HERE = Path(__file__).resolve().parent
 WEB = HERE / "web"
 PAGE_FILES = ("index.html", "app.js", "preprocess.js", "style.css")
-# LiteRT.js picks the relaxed-SIMD build where the browser has it, else the compatible one, and
-# the JSPI build for WebGPU; the threaded build is not used (it needs cross-origin isolation).
-VENDOR_FILES = (
-    "@litertjs/core/dist/index.js",
-    "@litertjs/wasm-utils/dist/index.js",
-    "@litertjs/core/wasm/litert_wasm_internal.js",
-    "@litertjs/core/wasm/litert_wasm_internal.wasm",
-    "@litertjs/core/wasm/litert_wasm_compat_internal.js",
-    "@litertjs/core/wasm/litert_wasm_compat_internal.wasm",
-    "@litertjs/core/wasm/litert_wasm_jspi_internal.js",  # WebGPU runs from the JSPI build
-    "@litertjs/core/wasm/litert_wasm_jspi_internal.wasm",
-)
 ICON_SIZES = (192, 512)
 INPUT_TYPES = ("float32", "uint8", "int8")
-
-
-def _locked_versions():
-    lock = json.loads((HERE / "package-lock.json").read_text())
-    return {
-        name.removeprefix("node_modules/"): entry["version"]
-        for name, entry in lock["packages"].items()
-        if name.startswith("node_modules/")
-    }
-
-
-def _installed_version(node_modules, package):
-    manifest = node_modules / package / "package.json"
-    return json.loads(manifest.read_text())["version"] if manifest.exists() else None
-
-
-def front_end_folder():
-    """The per-user folder LiteRT.js is installed into: `$XDG_CACHE_HOME` (default ~/.cache)
-    `/keras-vit/mobile-front-end/<hash of package-lock.json>`, so a new lock gets a new folder."""
-    lock = (HERE / "package-lock.json").read_bytes()
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return cache / "keras-vit" / "mobile-front-end" / hashlib.sha256(lock).hexdigest()[:16]
 
 
 _ROOM_LEFT = 1 << 20  # free bytes an install that had room leaves at least
@@ -79,7 +52,7 @@ def ensure_front_end():
     are there already; returns its node_modules folder."""
     folder = front_end_folder()
     node_modules = folder / "node_modules"
-    if all(_installed_version(node_modules, name) == version for name, version in _locked_versions().items()):
+    if holds_front_end(node_modules):
         return node_modules
     npm = shutil.which("npm")
     if npm is None:
@@ -115,6 +88,12 @@ def ensure_front_end():
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return node_modules
+
+
+def front_end():
+    """The folder to copy `VENDOR_FILES` from: the package's own copy (an installed wheel),
+    else the npm cache (`ensure_front_end()`, a source checkout)."""
+    return packaged_front_end() or ensure_front_end()
 
 
 def describe_model(path):
@@ -236,7 +215,7 @@ def build_app(model_path, output):
     never leaves a half-written app.
     """
     description = describe_model(model_path)
-    node_modules = ensure_front_end()
+    vendor = front_end()
     output = Path(output).resolve()
     if output.exists() and not _is_replaceable(output):
         raise ValueError(f"{output} exists and is not a mobile app build; choose another --output.")
@@ -247,7 +226,7 @@ def build_app(model_path, output):
             shutil.copyfile(WEB / name, staging / name)
         for name in VENDOR_FILES:
             (staging / "vendor" / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(node_modules / name, staging / "vendor" / name)
+            shutil.copyfile(vendor / name, staging / "vendor" / name)
         shutil.copyfile(model_path, staging / MODEL_FILE)
         (staging / "model.json").write_text(json.dumps(description, indent=2) + "\n")
         (staging / "manifest.webmanifest").write_text(json.dumps(_manifest(description), indent=2) + "\n")

@@ -522,8 +522,33 @@ def test_the_front_end_installs_once_into_the_users_cache(tmp_path, monkeypatch)
     assert os.listdir(node_modules.parent.parent) == [node_modules.parent.name]  # no staging left
 
 
-def test_a_non_editable_install_builds_the_app_without_writing_into_the_package(model_path, tmp_path):
-    """pip install . (not -e) into a fresh venv: the app builds, and the package's files are unchanged."""
+def test_the_app_takes_litert_js_from_the_packages_own_copy_while_it_matches_the_lock(tmp_path, monkeypatch):
+    """A wheel's vendor/ comes before the npm cache; a copy left from another lock is passed over."""
+    from keras_vit.apps.mobile import build, front_end
+
+    packaged = front_end.vendor(build.ensure_front_end(), tmp_path / "vendor")
+    monkeypatch.setattr(front_end, "PACKAGED", packaged)
+    assert build.front_end() == packaged
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["vendor"]  # no staging left
+    manifest = packaged / "@litertjs" / "core" / "package.json"
+    manifest.write_text(json.dumps({**json.loads(manifest.read_text()), "version": "0.0.1"}))
+    assert build.front_end() == build.ensure_front_end()
+
+
+def test_vendoring_an_incomplete_front_end_is_one_line_and_writes_nothing(tmp_path):
+    from keras_vit.apps.mobile import build, front_end
+
+    partial = tmp_path / "node_modules"
+    shutil.copytree(build.ensure_front_end(), partial)
+    (partial / front_end.VENDOR_FILES[-1]).write_bytes(b"")  # as npm leaves a full disk
+    with pytest.raises(ValueError, match=r"does not hold LiteRT.js as .*package-lock.json pins it"):
+        front_end.vendor(partial, tmp_path / "vendor")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["node_modules"]
+
+
+def test_a_non_editable_install_builds_the_app_without_npm_or_writing_into_the_package(model_path, tmp_path):
+    """pip install . (not -e) into a fresh venv: the app builds from the LiteRT.js the wheel
+    carries (an empty cache, and an npm that fails if called), and the package's files are unchanged."""
     import sysconfig
     from pathlib import Path
 
@@ -534,7 +559,7 @@ def test_a_non_editable_install_builds_the_app_without_writing_into_the_package(
         Path(__file__).resolve().parents[2],  # the repository
         source,
         ignore=shutil.ignore_patterns(
-            ".*", "node_modules", "runs", "exports", "build", "*.egg-info", "__pycache__"
+            ".*", "node_modules", "vendor", "runs", "exports", "build", "*.egg-info", "__pycache__"
         ),
     )
     subprocess.run(
@@ -555,7 +580,7 @@ def test_a_non_editable_install_builds_the_app_without_writing_into_the_package(
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", venv], check=True)
     python = venv / "bin" / "python"
-    wheel = next((tmp_path / "wheel").glob("keras_vit-*.whl"))
+    wheel = next((tmp_path / "wheel").glob("keras_vision_transformers-*.whl"))
     subprocess.run([python, "-m", "pip", "install", "-q", "--no-deps", "--no-index", wheel], check=True)
     site = subprocess.check_output(
         [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], text=True
@@ -572,9 +597,10 @@ def test_a_non_editable_install_builds_the_app_without_writing_into_the_package(
         }
 
     before = snapshot()
-    cache = tmp_path / "cache"
-    front_end = cache / build.front_end_folder().relative_to(build.front_end_folder().parents[2])
-    shutil.copytree(build.ensure_front_end().parent, front_end)  # as `npm ci` left it: no network here
+    fake_bin = tmp_path / "bin"
+    fake_bin.mkdir()
+    (fake_bin / "npm").write_text("#!/bin/sh\necho npm was called >&2\nexit 1\n")
+    (fake_bin / "npm").chmod(0o755)
     result = subprocess.run(
         [
             python,
@@ -588,7 +614,9 @@ def test_a_non_editable_install_builds_the_app_without_writing_into_the_package(
             "--output",
             tmp_path / "app",
         ],
-        env=dict(os.environ, XDG_CACHE_HOME=str(cache)),
+        env=dict(
+            os.environ, XDG_CACHE_HOME=str(tmp_path / "empty-cache"), PATH=f"{fake_bin}:{os.environ['PATH']}"
+        ),
         cwd=tmp_path,  # not the source tree, which would shadow the installed package
         capture_output=True,
         text=True,
@@ -599,5 +627,9 @@ def test_a_non_editable_install_builds_the_app_without_writing_into_the_package(
         [python, "-c", "import keras_vit.apps.mobile.build as b; print(b.__file__)"], text=True, cwd=tmp_path
     )
     assert where.startswith(str(package))
-    assert (tmp_path / "app" / "vendor" / "@litertjs" / "core" / "dist" / "index.js").is_file()
+    for name in build.VENDOR_FILES:
+        assert (tmp_path / "app" / "vendor" / name).read_bytes() == (
+            package / "apps/mobile/vendor" / name
+        ).read_bytes()
+    assert not (tmp_path / "empty-cache" / "keras-vit").exists()
     assert snapshot() == before and not (package / "apps" / "mobile" / "node_modules").exists()
