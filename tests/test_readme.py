@@ -185,6 +185,11 @@ COMMANDS = {
         "the main job, 15 epochs: run by hand in a fresh clone before each release"
     ),
     "bash scripts/test.sh": Skip("runs this suite"),
+    "pip install keras-vision-transformers": Skip(
+        "scripts/check_wheel.sh (in .ci/run) installs the wheel into a fresh environment"
+    ),
+    "pip install keras-vision-transformers[export]": Skip("as above; tests/test_wheel.py checks the extras"),
+    "pip install keras-vision-transformers[apps]": Skip("as above"),
     "pip install -e .": Skip("scripts/setup.sh installs it; test_the_install_extras_exist checks the extras"),
     "pip install -e .[export]": Skip("as above"),
     "pip install -e .[torch]": Skip("as above"),
