@@ -360,7 +360,7 @@ def _add_export_arguments(export):
         default=",".join(DEFAULT_QUANTIZATIONS),
         help=f"TFLite variants beside fp32: a comma list of {','.join(TFLITE_VARIANTS[1:])} (default "
         f"%(default)s), all or none. The integer ones ({', '.join(INTEGER_VARIANTS)}) are opt-in: on "
-        f"this kind of CPU they are slower than fp32; each is verified against its targets (see the README)",
+        f"this kind of CPU they are slower than fp32; each is verified against its targets (docs/tflite-integer.md)",
     )
     export.add_argument(
         "--int8-input",

@@ -233,7 +233,7 @@ async function classifyFile(file) {
 async function startLive() {
   clearError();
   if (!navigator.mediaDevices?.getUserMedia) {
-    throw new Error('The camera is only available over HTTPS or on localhost. Open the app that way (see the README), or use Take photo.');
+    throw new Error('The camera is only available over HTTPS or on localhost. Open the app that way (docs/apps.md), or use Take photo.');
   }
   let stream;
   try {
