@@ -3,57 +3,81 @@ ViT's arguments, and a ViT's arguments as timm's `model_args` (`keras_vit.model.
 reads and writes the rest of a repo's config)."""
 
 from keras_vit.model.vit import FAMILY
+from keras_vit.model.vit.architecture import ARGUMENTS, Architecture
 from keras_vit.model.vit.configs import MODEL_CONFIGS
 
-# timm's `model_args` that keras-vit builds, as ViT arguments (`global_pool` is read apart).
-TIMM_ARGUMENTS = {
+# timm's VisionTransformer keyword arguments that are a ViT argument as they are.
+_SAME = {
     "img_size": "image_size",
     "patch_size": "patch_size",
     "in_chans": "channels",
     "embed_dim": "hidden_dim",
     "depth": "depth",
     "num_heads": "num_heads",
-    "mlp_ratio": None,  # read with the width, as mlp_dim
-    "num_classes": None,  # the config's own num_classes
     "class_token": "class_token",
     "reg_tokens": "register_tokens",
-    "init_values": "layer_scale",
     "drop_rate": "dropout",
     "attn_drop_rate": "attention_dropout",
     "drop_path_rate": "drop_path_rate",
 }
+# Those read through a rule (`_from_timm`): the MLP's width from its ratio, LayerScale, the
+# position embeddings of the prefix tokens, the pooling and the place of the final LayerNorm.
+# `num_classes` is the config's own.
+_RULED = ("mlp_ratio", "init_values", "no_embed_class", "global_pool", "fc_norm", "num_classes")
 _POOLING = {"token": "token", "avg": "gap"}
 _EMBED_CLASS = "no_embed_class"  # position embeddings on the patches only
 _FC_NORM = "fc_norm"  # the final LayerNorm after a "gap" pooling (True) or on every token before it
-# A ViT's arguments timm's `model_args` write as they are (the rest: `_timm_model_args`).
+# A ViT's arguments timm's `model_args` write as they are (the rest: `timm_model_args`).
 _AS_IS = ("patch_size", "hidden_dim", "depth", "num_heads", "class_token", "register_tokens", "layer_scale")
-_AS_TIMM = {ours: timm for timm, ours in TIMM_ARGUMENTS.items() if ours in _AS_IS}
+_AS_TIMM = {ours: timm for timm, ours in _SAME.items() if ours in _AS_IS} | {"layer_scale": "init_values"}
 # What a ViT has that timm's VisionTransformer cannot be given in `model_args`.
 _NOT_IN_TIMM = ("representation_size", "distillation_token")
 # transformers' model types of the family.
 TRANSFORMERS_TYPES = ("vit", "deit")
 
 
+def timm_kwargs(arguments):
+    """A ViT's architecture as the keyword arguments of timm's `VisionTransformer` that build it:
+    what a named config's timm entry point passes."""
+    arch = Architecture(**{key: value for key, value in arguments.items() if key in ARGUMENTS})
+    kwargs = {timm: getattr(arch, ours) for timm, ours in _SAME.items()}
+    kwargs["img_size"] = list(arch.image_size)
+    kwargs.update(
+        mlp_ratio=arch.mlp_dim / arch.hidden_dim,
+        init_values=arch.layer_scale,
+        no_embed_class=not arch.cls_position_embedding,
+        global_pool=timm_global_pool(arch.config()),
+    )
+    if arch.pooling == "gap":
+        kwargs[_FC_NORM] = not arch.norm_before_pooling
+    return kwargs
+
+
 def timm_arguments(model_args, defaults, source):
-    """timm's `model_args` as ViT arguments over the architecture's `defaults`."""
-    unknown = sorted(set(model_args) - set(TIMM_ARGUMENTS) - {"global_pool", _EMBED_CLASS, _FC_NORM})
+    """timm's `model_args` as ViT arguments over the named architecture's `defaults`, as timm
+    builds them: the entry point's own keyword arguments, `model_args` over them, then what
+    derives from them (the MLP's width is `mlp_ratio` times the width)."""
+    unknown = sorted(set(model_args) - set(_SAME) - set(_RULED))
     if unknown:
         raise ValueError(
             f"{source} builds its model with timm arguments keras-vit does not have ({', '.join(unknown)})."
         )
-    arguments = {TIMM_ARGUMENTS[k]: v for k, v in model_args.items() if TIMM_ARGUMENTS.get(k)}
-    if "mlp_ratio" in model_args:
-        width = arguments.get("hidden_dim", defaults["hidden_dim"])
-        arguments["mlp_dim"] = int(round(width * model_args["mlp_ratio"]))
+    named = timm_kwargs(defaults)
+    kwargs = {**named, **model_args}
+    arguments = {ours: kwargs[timm] for timm, ours in _SAME.items() if timm in model_args}
+    width, ratio = kwargs["embed_dim"], kwargs["mlp_ratio"]
+    if (width, ratio) != (named["embed_dim"], named["mlp_ratio"]):
+        arguments["mlp_dim"] = int(width * ratio)  # as timm's Block: int(dim * mlp_ratio)
+    if "init_values" in model_args:
+        arguments["layer_scale"] = model_args["init_values"] or None  # timm: none for 0 or None
     if _EMBED_CLASS in model_args:
         arguments["cls_position_embedding"] = not model_args[_EMBED_CLASS]
-    if "global_pool" in model_args:
-        pool = model_args["global_pool"]
-        if pool not in _POOLING:
-            raise ValueError(f"{source} pools with {pool!r}; keras-vit pools with 'token' or 'avg'.")
-        arguments["pooling"] = _POOLING[pool]
-    if model_args.get(_FC_NORM) is not None and arguments.get("pooling", defaults.get("pooling")) == "gap":
-        arguments["norm_before_pooling"] = not model_args[_FC_NORM]
+    pool = kwargs["global_pool"]
+    if pool not in _POOLING:
+        raise ValueError(f"{source} pools with {pool!r}; keras-vit pools with 'token' or 'avg'.")
+    arguments["pooling"] = _POOLING[pool]
+    if kwargs.get(_FC_NORM) is not None and arguments["pooling"] == "gap":
+        arguments["norm_before_pooling"] = not kwargs[_FC_NORM]
     return arguments
 
 
