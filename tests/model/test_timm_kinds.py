@@ -157,3 +157,33 @@ def test_the_tags_keras_vit_resolves_by_name_do_not_drop_and_each_other_one_has_
     for _, tag, _, _ in KINDS:
         assert tag not in result["unresolved"]
         assert keras_vit.model.pretrained.is_pretrained_name(tag)
+
+
+def test_each_kind_publishes_for_timm_with_the_same_outputs(kind, hub_cache, tmp_path):
+    """`save_pretrained` writes the architecture and the model_args that timm builds it from."""
+    _, tag, _, _, _ = kind
+    model = keras_vit.create_model(f"hf-hub:timm/{tag}", pretrained=True)
+    folder = keras_vit.save_pretrained(model, tmp_path / "published")
+    by_timm = timm.create_model(f"local-dir:{folder}", pretrained=True)
+    pixels = _pixels(model.image_size[0], seed=3)
+    assert np.abs(_timm_outputs(by_timm, pixels) - np.asarray(model(pixels))).max() < 1e-4
+
+
+def test_each_kinds_block_features_are_timms(kind, hub_cache):
+    """`forward_intermediates`' patch tokens of every block (CLIP's norm_pre before the first)."""
+    from keras_vit.model.features import intermediates
+
+    _, tag, _, _, reference = kind
+    model = keras_vit.create_model(f"hf-hub:timm/{tag}", pretrained=True)
+    pixels = _pixels(model.image_size[0], seed=4)
+    config = reference.pretrained_cfg
+    x = torch.from_numpy(
+        ((pixels / 255 - np.array(config["mean"])) / np.array(config["std"])).transpose(0, 3, 1, 2)
+    )
+    with torch.no_grad():
+        expected = reference.eval().forward_intermediates(
+            x.float(), indices=[0, 1], norm=True, output_fmt="NLC", intermediates_only=True
+        )
+    ours = intermediates(model, pixels, indices=[0, 1], norm=True, output="tokens")
+    for mine, theirs in zip(ours, expected, strict=True):
+        assert np.abs(np.asarray(mine) - theirs.numpy()).max() < 1e-4
