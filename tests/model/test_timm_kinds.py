@@ -187,3 +187,37 @@ def test_each_kinds_block_features_are_timms(kind, hub_cache):
     ours = intermediates(model, pixels, indices=[0, 1], norm=True, output="tokens")
     for mine, theirs in zip(ours, expected, strict=True):
         assert np.abs(np.asarray(mine) - theirs.numpy()).max() < 1e-4
+
+
+@pytest.mark.parametrize(
+    "arguments, message",
+    [
+        (dict(pooling="avg"), r"pooling must be one of 'token', 'gap', 'map', 'none', got 'avg'"),
+        (dict(activation="relu"), r"activation must be one of 'gelu', 'gelu_tanh', 'quick_gelu', 'silu'"),
+        (dict(mlp="glu"), r"mlp must be one of 'mlp', 'swiglu', 'swiglu_packed', got 'glu'"),
+        (dict(mlp="swiglu_packed", mlp_dim=63), r"halves fc1's 63 outputs: give an even mlp_dim"),
+        (dict(pooling="token", class_token=False), r"set class_token=True or pooling='gap'"),
+    ],
+)
+def test_a_wrong_part_is_a_value_error_naming_it_and_the_choices(arguments, message):
+    with pytest.raises(ValueError, match=message):
+        keras_vit.ViT(
+            **dict(dict(image_size=32, patch_size=8, hidden_dim=32, depth=1, num_heads=2), **arguments)
+        )
+
+
+@pytest.mark.parametrize(
+    "model_args, message",
+    [
+        (dict(qk_norm=True), r"timm arguments keras-vit does not have \(qk_norm\)"),
+        (dict(global_pool="avgmax"), r"takes global_pool='avgmax'; keras-vit has 'token', 'avg', 'map', ''"),
+        (dict(act_layer="relu"), r"takes act_layer='relu'"),
+    ],
+)
+def test_a_timm_repo_with_a_part_keras_vit_lacks_is_one_clear_error(model_args, message, hub_cache):
+    reference = timm.create_model("vit_small_patch16_224", pretrained=False, **SMALL, **model_args)
+    folder = HUB.repo_folder("tests/unbuildable")
+    shutil.rmtree(folder, ignore_errors=True)
+    save_for_hf(reference, folder, model_args=dict(SMALL, **model_args))
+    with pytest.raises(ValueError, match=message):
+        keras_vit.create_model("hf-hub:tests/unbuildable", pretrained=True)
