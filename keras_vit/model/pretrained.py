@@ -9,9 +9,12 @@ A name is one of:
 - `local-dir:/path`: a folder in the same layout (`save_pretrained` writes one).
 
 The known tags, with their repo, input size and label set, are a table
-generated from timm (`scripts/generate_pretrained_table.py`). Whatever the name, the repo's
-own `config.json` decides the architecture, image size, normalisation and class names; a
-classifier without class names gets those of the label set its class count implies.
+generated from timm (`scripts/generate_pretrained_table.py`). The repo's own `config.json` decides
+the image size, normalisation and class names, and, for `hf-hub:` and `local-dir:` names, the
+architecture with its `model_args`; an `arch` or `arch.tag` name builds `arch` itself, as timm does
+(several tags share a repo: `vit_base_patch32_clip_quickgelu_224.metaclip_2pt5b` reads the weights of
+`vit_base_patch32_clip_224.metaclip_2pt5b`, whose config names that one). A classifier without class
+names gets those of the label set its class count implies.
 """
 
 import difflib
@@ -93,10 +96,12 @@ def class_names_for(num_classes):
 
 
 class Source:
-    """Where a name's files are: a hub repo (`repo`, `revision`) or a local folder (`folder`)."""
+    """Where a name's files are: a hub repo (`repo`, `revision`) or a local folder (`folder`);
+    `architecture`: the architecture a timm tag names, which its repo's config may not."""
 
-    def __init__(self, name, repo=None, revision=None, folder=None):
+    def __init__(self, name, repo=None, revision=None, folder=None, architecture=None):
         self.name, self.repo, self.revision, self.folder = name, repo, revision, folder
+        self.architecture = architecture
 
     def file(self, filename):
         """The local path of one of the source's files (downloaded when from a hub)."""
@@ -137,7 +142,7 @@ def resolve(name):
     table = _table()
     tag = table["defaults"].get(name, name)
     if tag in table["tags"]:
-        return Source(name, repo=table["tags"][tag]["repo"])
+        return Source(name, repo=table["tags"][tag]["repo"], architecture=tag.split(".")[0])
     raise ValueError(f"Unknown pretrained name {name!r}: {unknown_name(name)}")
 
 
@@ -165,7 +170,7 @@ def read_hub_model(source):
             preprocessor = read_json(source.file(hub.PREPROCESSOR_FILE))
         except hub.MissingFile:
             preprocessor = None
-    return hub_config.read_config(config, source.name, preprocessor)
+    return hub_config.read_config(config, source.name, preprocessor, architecture=source.architecture)
 
 
 class ToBuild:

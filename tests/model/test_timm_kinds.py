@@ -221,3 +221,25 @@ def test_a_timm_repo_with_a_part_keras_vit_lacks_is_one_clear_error(model_args, 
     save_for_hf(reference, folder, model_args=dict(SMALL, **model_args))
     with pytest.raises(ValueError, match=message):
         keras_vit.create_model("hf-hub:tests/unbuildable", pretrained=True)
+
+
+def test_a_tag_by_name_builds_its_own_architecture_from_a_repo_another_tag_shares(hub_cache, record_parity):
+    """timm's quick_gelu CLIP tags read the repo of the gelu architecture's tag, whose config names
+    that one: by name, the tag's own architecture is built, as timm builds it."""
+    tag = "vit_base_patch32_clip_quickgelu_224.metaclip_2pt5b"
+    repo = keras_vit.model.pretrained.pretrained_table()["tags"][tag]["repo"]
+    assert repo == "timm/vit_base_patch32_clip_224.metaclip_2pt5b"
+    torch.manual_seed(5)
+    shared = timm.create_model(repo.split("/")[1], pretrained=False, **SMALL)
+    folder = HUB.repo_folder(repo)
+    shutil.rmtree(folder, ignore_errors=True)
+    save_for_hf(shared, folder, model_args=SMALL)
+    by_timm = timm.create_model(tag, pretrained=True, **SMALL)
+    tiny = dict(hidden_dim=64, depth=2, num_heads=2, mlp_dim=256)
+    model = keras_vit.create_model(tag, pretrained=True, **tiny)
+    assert model.activation == "quick_gelu"
+    pixels = _pixels(224, seed=5)
+    difference = np.abs(np.asarray(model(pixels)) - _timm_outputs(by_timm, pixels)).max()
+    record_parity(f"timm {tag} by name (tiny), from a shared repo", difference, 1e-4)
+    assert difference < 1e-4
+    assert keras_vit.create_model(f"hf-hub:{repo}", pretrained=True).activation == "gelu"

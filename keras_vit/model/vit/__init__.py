@@ -65,7 +65,9 @@ class ViTFamily(Family):
         # matches it); the head and an attention pooling keep the full rate.
         groups = {"patch_encoder": 0}
         groups.update({f"block_{i}": i + 1 for i in range(model.depth)})
-        groups["norm"] = groups["norm_pre"] = model.depth
+        groups["norm"] = model.depth
+        if model.pre_norm:
+            groups["norm_pre"] = model.depth
         return groups, model.depth + 1
 
     def block_names(self, arguments):
