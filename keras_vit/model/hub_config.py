@@ -46,14 +46,14 @@ class HubModel:
 
 def read_config(config, source, preprocessor=None, architecture=None):
     """A `HubModel` from a repo's parsed `config.json` (and `preprocessor_config.json`);
-    `source` names the repo in messages. `architecture`: the one a timm tag names, built as timm
-    builds a tag (its own arguments; the repo's `model_args` are for `hf-hub:` names).
+    `source` names the repo in messages. `architecture`: the one a timm tag names, built in place
+    of the one the repo's config names (several tags share a repo), with the repo's `model_args`.
 
     Raises:
         ValueError: a config of another architecture, or of neither layout.
     """
     if architecture is not None and "architecture" in config:
-        config = dict(config, architecture=architecture, model_args={})
+        config = dict(config, architecture=architecture)
     if "architecture" in config:
         return _from_timm(config, source)
     if "model_type" in config:

@@ -9,12 +9,12 @@ A name is one of:
 - `local-dir:/path`: a folder in the same layout (`save_pretrained` writes one).
 
 The known tags, with their repo, input size and label set, are a table
-generated from timm (`scripts/generate_pretrained_table.py`). The repo's own `config.json` decides
-the image size, normalisation and class names, and, for `hf-hub:` and `local-dir:` names, the
-architecture with its `model_args`; an `arch` or `arch.tag` name builds `arch` itself, as timm does
-(several tags share a repo: `vit_base_patch32_clip_quickgelu_224.metaclip_2pt5b` reads the weights of
-`vit_base_patch32_clip_224.metaclip_2pt5b`, whose config names that one). A classifier without class
-names gets those of the label set its class count implies.
+generated from timm (`scripts/generate_pretrained_table.py`). Whatever the name, the repo's own
+`config.json` decides the image size, normalisation, class names and `model_args`, and, for
+`hf-hub:` and `local-dir:` names, the architecture; an `arch` or `arch.tag` name builds `arch`, as
+timm does (several tags share a repo: `vit_base_patch32_clip_quickgelu_224.metaclip_2pt5b` reads the
+weights of `vit_base_patch32_clip_224.metaclip_2pt5b`, whose config names that one). A classifier
+without class names gets those of the label set its class count implies.
 """
 
 import difflib

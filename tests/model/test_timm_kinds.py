@@ -235,8 +235,7 @@ def test_a_tag_by_name_builds_its_own_architecture_from_a_repo_another_tag_share
     shutil.rmtree(folder, ignore_errors=True)
     save_for_hf(shared, folder, model_args=SMALL)
     by_timm = timm.create_model(tag, pretrained=True, **SMALL)
-    tiny = dict(hidden_dim=64, depth=2, num_heads=2, mlp_dim=256)
-    model = keras_vit.create_model(tag, pretrained=True, **tiny)
+    model = keras_vit.create_model(tag, pretrained=True)  # the tag's architecture, the repo's model_args
     assert model.activation == "quick_gelu"
     pixels = _pixels(224, seed=5)
     difference = np.abs(np.asarray(model(pixels)) - _timm_outputs(by_timm, pixels)).max()
