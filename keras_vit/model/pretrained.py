@@ -194,7 +194,9 @@ def what_to_build(name, overrides):
 
 
 def _arguments(found, overrides):
-    arguments = dict(found.arguments, image_mean=found.image_mean, image_std=found.image_std)
+    arguments = dict(
+        found.arguments, image_mean=found.image_mean, image_std=found.image_std, license=found.license
+    )
     if found.num_classes:
         class_names = found.class_names or class_names_for(found.num_classes)
         arguments.update(num_classes=found.num_classes, class_names=class_names)

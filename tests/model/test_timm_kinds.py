@@ -4,6 +4,8 @@ instance of each kind's entry point, built by timm with a real tag's pretrained_
 by keras-vit, outputs compared at the tag's size and at another (position embeddings resampled by
 each)."""
 
+import json
+import pathlib
 import shutil
 
 import keras
@@ -161,9 +163,11 @@ def test_the_tags_keras_vit_resolves_by_name_do_not_drop_and_each_other_one_has_
 
 def test_each_kind_publishes_for_timm_with_the_same_outputs(kind, hub_cache, tmp_path):
     """`save_pretrained` writes the architecture and the model_args that timm builds it from."""
-    _, tag, _, _, _ = kind
+    _, tag, _, _, reference = kind
     model = keras_vit.create_model(f"hf-hub:timm/{tag}", pretrained=True)
-    folder = keras_vit.save_pretrained(model, tmp_path / "published")
+    assert model.license == reference.pretrained_cfg["license"]  # carried, as the normalisation is
+    folder = pathlib.Path(keras_vit.save_pretrained(model, tmp_path / "published"))
+    assert json.loads((folder / "config.json").read_text())["pretrained_cfg"]["license"] == model.license
     by_timm = timm.create_model(f"local-dir:{folder}", pretrained=True)
     pixels = _pixels(model.image_size[0], seed=3)
     assert np.abs(_timm_outputs(by_timm, pixels) - np.asarray(model(pixels))).max() < 1e-4

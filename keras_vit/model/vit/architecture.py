@@ -41,6 +41,8 @@ class Architecture:
     image_mean: list | None = None
     image_std: list | None = None
     class_names: list | None = None
+    # The weights' licence, as timm's pretrained_cfg names it ("apache-2.0"): carried, never read.
+    license: str | None = None
     layer_scale: float | None = None
     cls_position_embedding: bool = True
     distillation_token: bool = False

@@ -77,6 +77,9 @@ class ViT(FamilyModel):
         image_std: list of floats or None. Per-channel std on the [0, 1] scale.
         class_names: list of str or None. The label of each output, saved
             with the model for prediction and export.
+        license: str or None. The licence of the weights, as timm's pretrained_cfg names it
+            (`"apache-2.0"`, `"cc-by-nc-4.0"`): a pretrained model carries its repo's, and
+            `keras_vit.save_pretrained` writes it back.
         layer_scale: float or None. LayerScale's initial value in every block
             (DeiT III: 1e-6); None (ViT, DeiT) has none.
         cls_position_embedding: bool, default True. False gives position
