@@ -120,12 +120,13 @@ def _pretrained_models(args):
                 "params": complexity.parameter_count(architecture, image_size=entry["image_size"], **head),
                 "cached": hub.is_cached(entry["repo"]),
                 "repo": entry["repo"],
+                "license": entry.get("license"),
             }
         )
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
-    header = f"{'name':<52} {'size':>9} {'labels':<18} {'params':>13}  cached"
+    header = f"{'name':<52} {'size':>9} {'labels':<18} {'params':>13}  {'cached':<6}  licence"
     print(header)
     print("-" * len(header))
     for r in rows:
@@ -133,7 +134,7 @@ def _pretrained_models(args):
         labels = r["label_set"] or "features only"
         print(
             f"{r['name'] + (' *' if r['default'] else ''):<52} {size:>9} {labels:<18} {r['params']:>13,}  "
-            f"{'yes' if r['cached'] else ''}"
+            f"{'yes' if r['cached'] else '':<6}  {r['license'] or ''}"
         )
     print(
         "\n* timm's default tag: the architecture's name alone loads it. Downloads go to "
@@ -360,7 +361,8 @@ def _add_export_arguments(export):
         default=",".join(DEFAULT_QUANTIZATIONS),
         help=f"TFLite variants beside fp32: a comma list of {','.join(TFLITE_VARIANTS[1:])} (default "
         f"%(default)s), all or none. The integer ones ({', '.join(INTEGER_VARIANTS)}) are opt-in: on "
-        f"this kind of CPU they are slower than fp32; each is verified against its targets (docs/tflite-integer.md)",
+        f"this kind of CPU they are slower than fp32; each is verified against its targets "
+        f"(docs/tflite-integer.md)",
     )
     export.add_argument(
         "--int8-input",

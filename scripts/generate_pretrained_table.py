@@ -1,15 +1,20 @@
-"""Writes keras-vit's table of pretrained tags, and the label sets they use, from the installed timm.
+"""Writes keras-vit's table of pretrained tags, the label sets they use and the keyword arguments of
+timm's ViT entry points, from the installed timm.
 
     .venv/bin/python scripts/generate_pretrained_table.py
 
-For every architecture keras-vit builds, of every family, that timm has (`keras_vit.list_models()` and
-`timm.list_models()`), every tag timm has weights for on a hub: its repo, input size, class
-count and label set. The label sets (ImageNet-1k and the ImageNet
-variants these tags use) are written as timm's `ImageNetInfo` gives them: each class's WordNet
-id and description. Run it again after upgrading timm, and commit what it writes; keras-vit
-reads these files, never timm.
+First the keyword arguments each entry point of timm's `vision_transformer` and `deit` modules
+gives its model (`tables/timm_vit_entry_points.json`, its parts by name, as
+`keras_vit.model.vit.timm_args` reads them): keras-vit builds every one whose parts it has, by its
+timm name. Then, for every architecture keras-vit builds, of every family, that timm has
+(`keras_vit.list_models()` and `timm.list_models()`), every tag timm has weights for on a hub: its
+repo, input size, class count, label set, and the normalisation, evaluation transform and licence
+of its pretrained_cfg. The label sets (ImageNet-1k and the ImageNet variants these tags use) are
+written as timm's `ImageNetInfo` gives them: each class's WordNet id and description. Run it again
+after upgrading timm, and commit what it writes; keras-vit reads these files, never timm.
 """
 
+import functools
 import gzip
 import json
 import os
@@ -20,11 +25,86 @@ sys.path.insert(0, ROOT)
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
 import timm  # noqa: E402
+import torch  # noqa: E402
 from timm.data import ImageNetInfo, infer_imagenet_subset  # noqa: E402
-from timm.models import get_pretrained_cfg  # noqa: E402
+from timm.layers import mlp as timm_mlp  # noqa: E402
+from timm.layers import norm as timm_norm  # noqa: E402
+from timm.models import deit, get_pretrained_cfg  # noqa: E402
+from timm.models import vision_transformer as timm_vit  # noqa: E402
 
-from keras_vit.model.pretrained import LABEL_SET_FILE, TABLE_FILE, TABLES  # noqa: E402
-from keras_vit.model.registry import list_models  # noqa: E402
+TABLES = os.path.join(ROOT, "keras_vit", "model", "tables")
+ENTRY_POINTS_FILE = "timm_vit_entry_points.json"
+# timm's modules whose entry points build a `VisionTransformer` (DeiT's distilled one too).
+VIT_MODULES = ("vision_transformer", "deit")
+# The pretrained_cfg fields each tag's entry carries.
+PRETRAINED_FIELDS = ("mean", "std", "crop_pct", "crop_mode", "interpolation", "license")
+
+
+class _Captured(Exception):
+    pass
+
+
+def entry_point_kwargs(name):
+    """The keyword arguments timm's entry point `name` gives its model class (its own, with the
+    default tag's input size and channels), its parts by name."""
+
+    def model_class(**kwargs):
+        raise _Captured(kwargs)
+
+    saved = (timm_vit.VisionTransformer, deit.VisionTransformer, deit.VisionTransformerDistilled)
+    timm_vit.VisionTransformer = deit.VisionTransformer = model_class
+    deit.VisionTransformerDistilled = functools.partial(model_class, distilled=True)
+    try:
+        timm.create_model(name, pretrained=False)
+    except _Captured as captured:
+        kwargs = captured.args[0]
+    else:
+        raise RuntimeError(f"timm's {name} builds no VisionTransformer")
+    finally:
+        timm_vit.VisionTransformer, deit.VisionTransformer, deit.VisionTransformerDistilled = saved
+    kwargs.pop("num_classes", None)  # the tag's, not the architecture's
+    return {key: _named(key, value) for key, value in kwargs.items()}
+
+
+def _named(key, value):
+    """A keyword argument's value as JSON: a part (a class, a partial) by its name."""
+    if isinstance(value, (bool, int, float, str)) or value is None:
+        return value
+    if isinstance(value, (list, tuple)):
+        return [_named(key, v) for v in value]
+    if key == "norm_layer":
+        return _norm_layer(value)
+    if key == "act_layer":
+        names = {torch.nn.GELU: "gelu", torch.nn.SiLU: "silu"}
+        return names.get(value, getattr(value, "__name__", repr(value)))
+    if key == "mlp_layer":
+        if value is timm_mlp.Mlp:
+            return "mlp"
+        if value is timm_mlp.SwiGLU:
+            return "swiglu"
+        if isinstance(value, functools.partial) and value.func is timm_mlp.GluMlp:
+            gate_last = value.keywords.get("gate_last", True)
+            if value.keywords.get("act_layer") is torch.nn.SiLU and not gate_last:
+                return "swiglu_packed"
+    return getattr(value, "__name__", None) or repr(value)
+
+
+def _norm_layer(value):
+    keywords = value.keywords if isinstance(value, functools.partial) else {}
+    cls = value.func if isinstance(value, functools.partial) else value
+    if cls in (timm_norm.LayerNorm, torch.nn.LayerNorm):
+        default = 1e-6 if cls is timm_norm.LayerNorm else 1e-5
+        return {"name": "layernorm", "eps": keywords.get("eps", default)}
+    return {"name": getattr(cls, "__name__", repr(cls)), **{k: repr(v) for k, v in keywords.items()}}
+
+
+def write_entry_points():
+    names = sorted(name for module in VIT_MODULES for name in timm.list_models(module=module))
+    entry_points = {name: entry_point_kwargs(name) for name in names}
+    with open(os.path.join(TABLES, ENTRY_POINTS_FILE), "w") as f:
+        json.dump(entry_points, f, indent=1, sort_keys=True)
+        f.write("\n")
+    return entry_points
 
 
 def tags_of(architecture):
@@ -36,14 +116,19 @@ def tags_of(architecture):
             continue  # weights only at a URL, not on a hub
         entries[name] = {
             "repo": config["hf_hub_id"],
-            # The size, for `keras-vit models --pretrained`: the normalisation and the evaluation
-            # transform are read from the repo's own config.json, their one source.
+            # The size, for `keras-vit models --pretrained`; the normalisation, the evaluation
+            # transform and the licence as timm's pretrained_cfg gives them (a repo's own
+            # config.json says the same, and is read for them when the model is built).
             "image_size": list(config["input_size"][1:]),
             "num_classes": config["num_classes"],
             "label_set": infer_imagenet_subset(config) if config["num_classes"] else None,
-            "license": config.get("license"),
+            **{field: _json(config.get(field)) for field in PRETRAINED_FIELDS},
         }
     return entries
+
+
+def _json(value):
+    return list(value) if isinstance(value, tuple) else value
 
 
 def default_tag(architecture, entries):
@@ -54,6 +139,11 @@ def default_tag(architecture, entries):
 
 
 def main():
+    entry_points = write_entry_points()
+    # keras-vit's configs, with the entry points just written (imported only now).
+    from keras_vit.model.pretrained import LABEL_SET_FILE, TABLE_FILE
+    from keras_vit.model.registry import list_models
+
     tags, defaults = {}, {}
     # keras-vit's own small-image configs are not timm's.
     architectures = [name for name in list_models() if name in timm.list_models()]
@@ -81,7 +171,10 @@ def main():
         # mtime=0: the same names give the same bytes, so a rerun changes nothing in git.
         with gzip.GzipFile(os.path.join(TABLES, LABEL_SET_FILE.format(name)), "wb", mtime=0) as f:
             f.write(("\n".join(rows) + "\n").encode())
-    print(f"{len(tags)} tags of {len(defaults)} architectures, label sets {', '.join(label_sets)}: {TABLES}")
+    print(
+        f"{len(entry_points)} timm ViT entry points; {len(tags)} tags of {len(defaults)} architectures, "
+        f"label sets {', '.join(label_sets)}: {TABLES}"
+    )
 
 
 if __name__ == "__main__":

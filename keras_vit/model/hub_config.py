@@ -33,7 +33,8 @@ class HubModel:
     """What a repo's config says: `family` (the `keras_vit.model.family.Family` that builds
     it), `arguments` (its architecture and evaluation transform, without its classes and
     normalisation), `num_classes` (0: no classifier), `class_names` (or None), `image_mean` and
-    `image_std`, and `name` (timm's architecture, or the transformers model type)."""
+    `image_std`, `license` (its pretrained_cfg's, or None) and `name` (timm's architecture, or
+    the transformers model type)."""
 
     name: str
     arguments: dict
@@ -42,15 +43,19 @@ class HubModel:
     image_mean: list
     image_std: list
     family: object
+    license: str | None = None
 
 
-def read_config(config, source, preprocessor=None):
+def read_config(config, source, preprocessor=None, architecture=None):
     """A `HubModel` from a repo's parsed `config.json` (and `preprocessor_config.json`);
-    `source` names the repo in messages.
+    `source` names the repo in messages. `architecture`: the one a timm tag names, built in place
+    of the one the repo's config names (several tags share a repo), with the repo's `model_args`.
 
     Raises:
         ValueError: a config of another architecture, or of neither layout.
     """
+    if architecture is not None and "architecture" in config:
+        config = dict(config, architecture=architecture)
     if "architecture" in config:
         return _from_timm(config, source)
     if "model_type" in config:
@@ -90,6 +95,7 @@ def _from_timm(config, source):
         image_mean=list(pretrained.get("mean", DEFAULT_MEAN)),
         image_std=list(pretrained.get("std", DEFAULT_STD)),
         family=family,
+        license=pretrained.get("license"),
     )
 
 
@@ -180,6 +186,7 @@ def timm_config(model, architecture):
         "mean": config["image_mean"] or [0.0] * config["channels"],
         "std": config["image_std"] or [1 / 255] * config["channels"],
         "num_classes": model_args["num_classes"],
+        **({"license": config["license"]} if config.get("license") else {}),
         "first_conv": "patch_embed.proj",
         "classifier": family.checkpoint().HEAD_PREFIXES[0],
     }

@@ -9,9 +9,12 @@ A name is one of:
 - `local-dir:/path`: a folder in the same layout (`save_pretrained` writes one).
 
 The known tags, with their repo, input size and label set, are a table
-generated from timm (`scripts/generate_pretrained_table.py`). Whatever the name, the repo's
-own `config.json` decides the architecture, image size, normalisation and class names; a
-classifier without class names gets those of the label set its class count implies.
+generated from timm (`scripts/generate_pretrained_table.py`). Whatever the name, the repo's own
+`config.json` decides the image size, normalisation, class names and `model_args`, and, for
+`hf-hub:` and `local-dir:` names, the architecture; an `arch` or `arch.tag` name builds `arch`, as
+timm does (several tags share a repo: `vit_base_patch32_clip_quickgelu_224.metaclip_2pt5b` reads the
+weights of `vit_base_patch32_clip_224.metaclip_2pt5b`, whose config names that one). A classifier
+without class names gets those of the label set its class count implies.
 """
 
 import difflib
@@ -99,12 +102,13 @@ def class_names_for(num_classes):
 
 
 class Source:
-    """Where a name's files are: a hub repo (`repo`, `revision`) or a local folder (`folder`).
+    """Where a name's files are: a hub repo (`repo`, `revision`) or a local folder (`folder`);
+    `architecture`: the architecture a timm tag names, which its repo's config may not;
     `embedded`: the copy shipped inside keras-vit, used when the hub cannot be reached."""
 
-    def __init__(self, name, repo=None, revision=None, folder=None, embedded=None):
+    def __init__(self, name, repo=None, revision=None, folder=None, architecture=None, embedded=None):
         self.name, self.repo, self.revision, self.folder = name, repo, revision, folder
-        self.embedded = embedded
+        self.architecture, self.embedded = architecture, embedded
 
     def file(self, filename):
         """The local path of one of the source's files (downloaded when from a hub)."""
@@ -168,8 +172,9 @@ def resolve(name):
     if tag in table["tags"]:
         embedded = os.path.join(EMBEDDED, tag)
         return Source(
-            name, repo=table["tags"][tag]["repo"], embedded=embedded if os.path.isdir(embedded) else None
-        )
+            name, repo=table["tags"][tag]["repo"], architecture=tag.split(".")[0],
+            embedded=embedded if os.path.isdir(embedded) else None,
+        )  # fmt: skip
     raise ValueError(f"Unknown pretrained name {name!r}: {unknown_name(name)}")
 
 
@@ -197,7 +202,7 @@ def read_hub_model(source):
             preprocessor = read_json(source.file(hub.PREPROCESSOR_FILE))
         except hub.MissingFile:
             preprocessor = None
-    return hub_config.read_config(config, source.name, preprocessor)
+    return hub_config.read_config(config, source.name, preprocessor, architecture=source.architecture)
 
 
 class ToBuild:
@@ -221,7 +226,9 @@ def what_to_build(name, overrides):
 
 
 def _arguments(found, overrides):
-    arguments = dict(found.arguments, image_mean=found.image_mean, image_std=found.image_std)
+    arguments = dict(
+        found.arguments, image_mean=found.image_mean, image_std=found.image_std, license=found.license
+    )
     if found.num_classes:
         class_names = found.class_names or class_names_for(found.num_classes)
         arguments.update(num_classes=found.num_classes, class_names=class_names)

@@ -8,6 +8,7 @@ from keras.ops import convert_to_numpy as to_numpy
 
 from keras_vit.model.layers import DropPath, ImageNormalization
 from keras_vit.model.vit.layers import (
+    AttentionPoolLatent,
     MultiHeadSelfAttention,
     PatchEncoder,
     Patches,
@@ -124,9 +125,12 @@ def test_token_pooling_takes_cls_or_averages_patch_tokens_only():
 LAYERS = [
     (ImageNormalization, dict(mean=[0.1, 0.2, 0.3], std=[0.5, 0.6, 0.7])),
     (Patches, dict(patch_size=4)),
-    (PatchEncoder, dict(patch_size=4, hidden_dim=16, dropout=0.1)),
+    (PatchEncoder, dict(patch_size=4, hidden_dim=16, dropout=0.1, projection_bias=False)),
     (DropPath, dict(rate=0.2, seed=7)),
-    (MultiHeadSelfAttention, dict(hidden_dim=16, num_heads=2, attention_dropout=0.1, dropout=0.2)),
+    (
+        MultiHeadSelfAttention,
+        dict(hidden_dim=16, num_heads=2, attention_dropout=0.1, dropout=0.2, qkv_bias=False, proj_bias=False),
+    ),
     (
         TransformerBlock,
         dict(
@@ -137,9 +141,24 @@ LAYERS = [
             attention_dropout=0.2,
             drop_path_rate=0.3,
             layer_norm_epsilon=1e-5,
+            qkv_bias=False,
+            proj_bias=False,
+            activation="quick_gelu",
+            mlp="swiglu_packed",
         ),
     ),
     (TokenPooling, dict(mode="gap", num_prefix_tokens=1)),
+    (
+        AttentionPoolLatent,
+        dict(
+            hidden_dim=16,
+            num_heads=2,
+            mlp_dim=32,
+            num_prefix_tokens=1,
+            activation="gelu_tanh",
+            layer_norm_epsilon=1e-5,
+        ),
+    ),
 ]
 
 
@@ -159,9 +178,11 @@ def test_layers_survive_a_keras_round_trip(tmp_path):
     inputs = keras.Input((16, 16, 3))
     x = PatchEncoder(4, 16, dropout=0.1)(inputs)
     x = TransformerBlock(16, 2, 32, drop_path_rate=0.1)(x)
+    x = TransformerBlock(16, 2, 32, activation="silu", mlp="swiglu", qkv_bias=False)(x)
     pooled = TokenPooling("gap")(x)
+    attention_pooled = AttentionPoolLatent(16, 2, 32, num_prefix_tokens=1)(x)
     patches = Patches(4)(inputs)
-    model = keras.Model(inputs, [pooled, patches])
+    model = keras.Model(inputs, [pooled, attention_pooled, patches])
     images = np.random.default_rng(4).normal(size=(2, 16, 16, 3)).astype("float32")
     path = tmp_path / "layers.keras"
     model.save(path)

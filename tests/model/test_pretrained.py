@@ -131,6 +131,36 @@ def test_a_transformers_deit_with_its_distillation_head_gives_its_logits(hub_cac
     assert difference < 1e-4
 
 
+@pytest.mark.parametrize(
+    "entry_point, tag, model_args, size",
+    [
+        # The width and depth given, the MLP's ratio not: timm's MLP is 4 x 64, not ViT-S's 1536.
+        ("vit_small_patch16_224", "augreg_in21k_ft_in1k", dict(depth=2, embed_dim=64, num_heads=2), 224),
+        # A Swin's stages narrowed and shortened, its window and MLP ratio the entry point's.
+        ("swin_tiny_patch4_window7_224", "ms_in1k", dict(embed_dim=32, depths=[1, 1], num_heads=[2, 4]), 224),
+    ],
+)  # fmt: skip
+def test_a_timm_repos_model_args_build_what_timms_entry_point_builds_with_them(
+    entry_point, tag, model_args, size, hub_cache, record_parity
+):
+    """timm builds the entry point's own arguments with `model_args` over them, then derives the
+    rest from them; a name alone keeps the registry's architecture."""
+    torch.manual_seed(3)
+    reference = timm.create_model(entry_point, pretrained=False, **model_args)
+    _timm_repo(f"timm/{entry_point}.{tag}", reference, model_args=model_args)
+    by_timm = timm.create_model(f"hf-hub:timm/{entry_point}.{tag}", pretrained=True)
+    model = keras_vit.create_model(f"hf-hub:timm/{entry_point}.{tag}", pretrained=True)
+    count = sum(p.numel() for p in by_timm.parameters())
+    assert model.count_params() == count == sum(p.numel() for p in reference.parameters())
+    pixels = _pixels(8, size=size)[:1]
+    difference = np.abs(np.asarray(model(pixels)) - _timm_logits(by_timm, pixels)).max()
+    record_parity(f"timm repo with model_args ({entry_point}), logits", difference, 1e-4)
+    assert difference < 1e-4
+    assert keras_vit.parameter_count(entry_point) == sum(
+        p.numel() for p in timm.create_model(entry_point, pretrained=False).parameters()
+    )
+
+
 @pytest.fixture(scope="module")
 def imagenet_vit_ti():
     """A randomly initialised ViT-Ti/16 where the hub keeps timm's default tag for it: a config

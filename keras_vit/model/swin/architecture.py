@@ -34,6 +34,8 @@ class Architecture:
     image_mean: list | None = None
     image_std: list | None = None
     class_names: list | None = None
+    # The weights' licence, as timm's pretrained_cfg names it ("apache-2.0"): carried, never read.
+    license: str | None = None
     crop_pct: float = DEFAULT_TRANSFORM.crop_pct
     crop_mode: str = DEFAULT_TRANSFORM.crop_mode
     interpolation: str = DEFAULT_TRANSFORM.interpolation

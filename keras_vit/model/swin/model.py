@@ -33,7 +33,7 @@ class Swin(FamilyModel):
         mlp_ratio: float, default 4. Each MLP's hidden width over its block's width.
         num_classes, channels, include_top, dropout, attention_dropout: as `keras_vit.ViT`'s.
         classifier_activation, image_mean, image_std, class_names: as `keras_vit.ViT`'s.
-        crop_pct, crop_mode, interpolation: as `keras_vit.ViT`'s.
+        license, crop_pct, crop_mode, interpolation: as `keras_vit.ViT`'s.
         drop_path_rate: float, default 0. Stochastic depth of the last block; it grows linearly
             from 0 over all blocks (timm's stagewise rates).
         layer_norm_epsilon: float, default 1e-5 (PyTorch's LayerNorm default, which Swin uses).

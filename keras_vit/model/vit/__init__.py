@@ -61,10 +61,13 @@ class ViTFamily(Family):
 
     def layer_groups(self, model):
         # timm's group_matcher for the ViT: the patch embedding, then each block, the final norm
-        # with the last block (timm's MATCH_PREV_GROUP); the head keeps the full rate.
+        # with the last block (timm's MATCH_PREV_GROUP), and CLIP's norm_pre too (timm's `^norm`
+        # matches it); the head and an attention pooling keep the full rate.
         groups = {"patch_encoder": 0}
         groups.update({f"block_{i}": i + 1 for i in range(model.depth)})
         groups["norm"] = model.depth
+        if model.pre_norm:
+            groups["norm_pre"] = model.depth
         return groups, model.depth + 1
 
     def block_names(self, arguments):

@@ -11,6 +11,12 @@ from keras_vit.model.checks import check_positive_int, check_rate, pair
 from keras_vit.model.transform import DEFAULT as DEFAULT_TRANSFORM
 from keras_vit.model.transform import Transform
 
+# The pooling of the tokens into one vector (timm's `global_pool`: "token", "avg", "map", "").
+POOLINGS = ("token", "gap", "map", "none")
+# The MLP's activation (timm's `act_layer`) and kind (timm's `mlp_layer`: Mlp, SwiGLU, SwiGLUPacked).
+ACTIVATIONS = ("gelu", "gelu_tanh", "quick_gelu", "silu")
+MLPS = ("mlp", "swiglu", "swiglu_packed")
+
 
 @dataclasses.dataclass(frozen=True)
 class Architecture:
@@ -35,12 +41,20 @@ class Architecture:
     image_mean: list | None = None
     image_std: list | None = None
     class_names: list | None = None
+    # The weights' licence, as timm's pretrained_cfg names it ("apache-2.0"): carried, never read.
+    license: str | None = None
     layer_scale: float | None = None
     cls_position_embedding: bool = True
     distillation_token: bool = False
     class_token: bool = True
     register_tokens: int = 0
-    norm_before_pooling: bool = False
+    norm_before_pooling: bool | None = None
+    qkv_bias: bool = True
+    proj_bias: bool = True
+    pre_norm: bool = False
+    final_norm: bool = True
+    activation: str = "gelu"
+    mlp: str = "mlp"
     # How images are brought to image_size at evaluation (keras_vit.model.transform).
     crop_pct: float = DEFAULT_TRANSFORM.crop_pct
     crop_mode: str = DEFAULT_TRANSFORM.crop_mode
@@ -62,8 +76,18 @@ class Architecture:
             put("class_names", [str(name) for name in self.class_names])
         if self.layer_scale is not None:
             put("layer_scale", float(self.layer_scale))
-        for name in ("cls_position_embedding", "distillation_token", "class_token", "norm_before_pooling"):
+        for name in (
+            "cls_position_embedding",
+            "distillation_token",
+            "class_token",
+            "qkv_bias",
+            "proj_bias",
+            "pre_norm",
+            "final_norm",
+        ):
             put(name, bool(getattr(self, name)))
+        if self.norm_before_pooling is not None:
+            put("norm_before_pooling", bool(self.norm_before_pooling))
         put("crop_pct", Transform.of(self).crop_pct)  # checked, as a float
 
     def _check(self):
@@ -81,6 +105,15 @@ class Architecture:
             )
         if self.class_names is not None and len(self.class_names) != self.num_classes:
             raise ValueError(f"{len(self.class_names)} class_names given for num_classes={self.num_classes}.")
+        for name, choices in (("pooling", POOLINGS), ("activation", ACTIVATIONS), ("mlp", MLPS)):
+            if getattr(self, name) not in choices:
+                raise ValueError(
+                    f"{name} must be one of {', '.join(map(repr, choices))}, got {getattr(self, name)!r}."
+                )
+        if self.mlp == "swiglu_packed" and self.mlp_dim % 2:
+            raise ValueError(
+                f"mlp='swiglu_packed' halves fc1's {self.mlp_dim} outputs: give an even mlp_dim."
+            )
         if self.pooling == "token" and not self.class_token:
             raise ValueError("pooling='token' takes the [cls] token: set class_token=True or pooling='gap'.")
         if self.distillation_token and (self.pooling != "token" or self.representation_size is not None):
@@ -92,6 +125,15 @@ class Architecture:
     def prefix_tokens(self):
         """[cls], DeiT's distillation token and the registers, before the patches."""
         return int(self.class_token) + int(self.distillation_token) + self.register_tokens
+
+    @property
+    def norm_after_pooling(self):
+        """Whether the final LayerNorm acts on the pooled vector (timm's `fc_norm`) rather than on
+        every token (timm's `norm`): by default after a "gap" pooling only, as timm's
+        `fc_norm=None`; for "token" and "none" poolings the two are the same, and it is `norm`."""
+        if self.pooling in ("token", "none"):
+            return False
+        return self.pooling == "gap" if self.norm_before_pooling is None else not self.norm_before_pooling
 
     @property
     def num_patches(self):

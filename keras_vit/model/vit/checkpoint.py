@@ -29,11 +29,11 @@ def canonical(state, source):
 
 
 def final_norm(model, state=None):
-    """timm's name of the final LayerNorm: `fc_norm` after a "gap" pooling, else `norm` (a
-    checkpoint that names it `fc_norm` alone is read that way)."""
+    """timm's name of the final LayerNorm: `fc_norm` when it acts on the pooled vector, else
+    `norm` (a checkpoint that names it `fc_norm` alone is read that way)."""
     if state is not None:
         return "fc_norm" if "fc_norm.weight" in state and "norm.weight" not in state else "norm"
-    return "fc_norm" if model.pooling == "gap" and not model.norm_before_pooling else "norm"
+    return "fc_norm" if model.architecture.norm_after_pooling else "norm"
 
 
 def targets(model, state=None):
@@ -196,11 +196,10 @@ def _npz_to_timm(w, path):
 
 
 def _targets(model, encoder, final_norm_key):
-    targets = [
-        ("patch_embed.proj.weight", encoder.projection.kernel, CONV),
-        ("patch_embed.proj.bias", encoder.projection.bias, None),
-        ("pos_embed", encoder.position_embedding, None),
-    ]
+    targets = [("patch_embed.proj.weight", encoder.projection.kernel, CONV)]
+    if encoder.projection_bias:
+        targets.append(("patch_embed.proj.bias", encoder.projection.bias, None))
+    targets.append(("pos_embed", encoder.position_embedding, None))
     for key, present in (
         ("cls_token", "class_token"),
         ("dist_token", "distillation_token"),
@@ -208,17 +207,37 @@ def _targets(model, encoder, final_norm_key):
     ):
         if getattr(encoder, present):
             targets.append((key, getattr(encoder, key), None))
+    if model.pre_norm:
+        targets += norm(model.get_layer("norm_pre"), "norm_pre")
     for i, block in enumerate(model.blocks):
         p = f"blocks.{i}"
         targets += norm(block.norm1, f"{p}.norm1")
-        targets += linear(block.attention.qkv, f"{p}.attn.qkv")
-        targets += linear(block.attention.proj, f"{p}.attn.proj")
+        targets += linear(block.attention.qkv, f"{p}.attn.qkv", bias=block.qkv_bias)
+        targets += linear(block.attention.proj, f"{p}.attn.proj", bias=block.proj_bias)
         targets += norm(block.norm2, f"{p}.norm2")
-        targets += linear(block.fc1, f"{p}.mlp.fc1")
-        targets += linear(block.fc2, f"{p}.mlp.fc2")
+        for layer in [*block.mlp_hidden_layers, block.fc2]:
+            targets += linear(layer, f"{p}.mlp.{layer.name}", bias=block.proj_bias)
         if block.layer_scale is not None:
             targets += [(f"{p}.ls1.gamma", block.ls1, None), (f"{p}.ls2.gamma", block.ls2, None)]
-    return targets + norm(model.get_layer("norm"), final_norm_key)
+    if model.final_norm:
+        targets += norm(model.get_layer("norm"), final_norm_key)
+    if model.pooling == "map":
+        targets += _attention_pool_targets(model.get_layer("pooling"), "attn_pool")
+    return targets
+
+
+def _attention_pool_targets(pool, prefix):
+    """timm's `AttentionPoolLatent` keys."""
+    targets = [(f"{prefix}.latent", pool.latent, None)]
+    for layer, key in (
+        (pool.q, "q"),
+        (pool.kv, "kv"),
+        (pool.proj, "proj"),
+        (pool.fc1, "mlp.fc1"),
+        (pool.fc2, "mlp.fc2"),
+    ):
+        targets += linear(layer, f"{prefix}.{key}")
+    return targets + norm(pool.norm, f"{prefix}.norm")
 
 
 def _fit_position_embeddings(pos_embed, encoder, source):

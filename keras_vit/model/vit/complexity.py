@@ -14,16 +14,43 @@ def _heads(arch):
     return 2 if arch.distillation_token else 1
 
 
+# Per MLP kind: (the layers before the activation as multiples of mlp_dim, fc2's input as a
+# fraction of it), as `layers.MLPS`.
+_MLP_SHAPES = {"mlp": (1, 1), "swiglu": (2, 1), "swiglu_packed": (1, 0.5)}
+
+
+def _mlp_macs(a, tokens):
+    """(weights, multiply-accumulates for `tokens` tokens) of a block's MLP, without biases."""
+    widths, into_fc2 = _MLP_SHAPES[a.mlp]
+    d, m = a.hidden_dim, a.mlp_dim
+    weights = widths * d * m + int(m * into_fc2) * d
+    return weights, tokens * weights
+
+
+def _attention_pool(a):
+    """(parameters, multiply-accumulates) of the "map" pooling (timm's AttentionPoolLatent)."""
+    d, m, n = a.hidden_dim, a.mlp_dim, a.num_patches
+    parameters = d + (d * d + d) + (2 * d * d + 2 * d) + (d * d + d) + 2 * d + (d * m + m) + (m * d + d)
+    macs = d * d + n * 2 * d * d + 2 * n * d + d * d + 2 * d * m
+    return parameters, macs
+
+
 def parameter_count(a):
     """Number of weights of a ViT's `Architecture`."""
     d, m, p, c = a.hidden_dim, a.mlp_dim, a.patch_size, a.channels
     prefix = a.prefix_tokens
     position_tokens = a.num_patches + (prefix if a.cls_position_embedding else 0)
-    embed = p * p * c * d + d + prefix * d + position_tokens * d
-    block = 2 * 2 * d + (d * 3 * d + 3 * d) + (d * d + d) + (d * m + m) + (m * d + d)
+    embed = p * p * c * d + (0 if a.pre_norm else d) + prefix * d + position_tokens * d
+    widths, into_fc2 = _MLP_SHAPES[a.mlp]
+    mlp_biases = widths * m + d if a.proj_bias else 0
+    attention = d * 3 * d + (3 * d if a.qkv_bias else 0) + d * d + (d if a.proj_bias else 0)
+    block = 2 * 2 * d + attention + _mlp_macs(a, 1)[0] + mlp_biases
     if a.layer_scale is not None:
         block += 2 * d
-    total = embed + a.depth * block + 2 * d
+    norms = 2 * d * (int(a.pre_norm) + int(a.final_norm))
+    total = embed + a.depth * block + norms
+    if a.pooling == "map":
+        total += _attention_pool(a)[0]
     features = d
     if a.representation_size:
         total += d * a.representation_size + a.representation_size
@@ -35,12 +62,14 @@ def parameter_count(a):
 
 def forward_flops(a):
     """FLOPs of one image's forward pass (2 per multiply-accumulate)."""
-    d, m, p, c = a.hidden_dim, a.mlp_dim, a.patch_size, a.channels
+    d, p, c = a.hidden_dim, a.patch_size, a.channels
     n = a.num_patches
     t = n + a.prefix_tokens
     macs = n * p * p * c * d
-    per_block = t * d * 3 * d + 2 * t * t * d + t * d * d + 2 * t * d * m
+    per_block = t * d * 3 * d + 2 * t * t * d + t * d * d + _mlp_macs(a, t)[1]
     macs += a.depth * per_block
+    if a.pooling == "map":
+        macs += _attention_pool(a)[1]
     features = d
     if a.representation_size:
         macs += d * a.representation_size

@@ -47,7 +47,8 @@ def intermediates(
     take = block_indices(len(blocks), indices)
     encoder = next(layer for layer in model.layers if isinstance(layer, PatchEncoder))
     x = images
-    for layer in model.layers[1 : model.layers.index(encoder) + 1]:  # normalisation, patch embedding
+    # Normalisation, patch embedding and CLIP's LayerNorm before the blocks.
+    for layer in model.layers[1 : model.layers.index(blocks[0])]:
         x = layer(x, training=False)
     rows, columns = encoder.grid_size
     prefix_count = encoder.num_prefix_tokens
@@ -78,7 +79,7 @@ def features_model(model, indices=None, norm=False, output="grid"):
 
 def _norms_tokens(model):
     """Whether the model's final LayerNorm acts on every token (timm's `norm`, not `fc_norm`)."""
-    return getattr(model, "pooling", "token") == "token" or getattr(model, "norm_before_pooling", False)
+    return model.final_norm and not model.architecture.norm_after_pooling
 
 
 def _blocks(model):

@@ -2,58 +2,45 @@
 ViT's arguments, and a ViT's arguments as timm's `model_args` (`keras_vit.model.hub_config`
 reads and writes the rest of a repo's config)."""
 
-from keras_vit.model.vit import FAMILY
+from keras_vit.model.vit import FAMILY, timm_args
 from keras_vit.model.vit.configs import MODEL_CONFIGS
 
-# timm's `model_args` that keras-vit builds, as ViT arguments (`global_pool` is read apart).
-TIMM_ARGUMENTS = {
-    "img_size": "image_size",
-    "patch_size": "patch_size",
-    "in_chans": "channels",
-    "embed_dim": "hidden_dim",
-    "depth": "depth",
-    "num_heads": "num_heads",
-    "mlp_ratio": None,  # read with the width, as mlp_dim
-    "num_classes": None,  # the config's own num_classes
-    "class_token": "class_token",
-    "reg_tokens": "register_tokens",
-    "init_values": "layer_scale",
-    "drop_rate": "dropout",
-    "attn_drop_rate": "attention_dropout",
-    "drop_path_rate": "drop_path_rate",
-}
-_POOLING = {"token": "token", "avg": "gap"}
-_EMBED_CLASS = "no_embed_class"  # position embeddings on the patches only
-_FC_NORM = "fc_norm"  # the final LayerNorm after a "gap" pooling (True) or on every token before it
-# A ViT's arguments timm's `model_args` write as they are (the rest: `_timm_model_args`).
-_AS_IS = ("patch_size", "hidden_dim", "depth", "num_heads", "class_token", "register_tokens", "layer_scale")
-_AS_TIMM = {ours: timm for timm, ours in TIMM_ARGUMENTS.items() if ours in _AS_IS}
-# What a ViT has that timm's VisionTransformer cannot be given in `model_args`.
-_NOT_IN_TIMM = ("representation_size", "distillation_token")
+# A ViT's arguments timm's `model_args` write as they are (the rest: `timm_model_args`).
+_AS_IS = (
+    "patch_size",
+    "hidden_dim",
+    "depth",
+    "num_heads",
+    "class_token",
+    "register_tokens",
+    "qkv_bias",
+    "proj_bias",
+    "pre_norm",
+    "final_norm",
+)
+_AS_TIMM = {ours: timm for timm, ours in timm_args.SAME.items() if ours in _AS_IS}
+# What a ViT has that timm's VisionTransformer cannot be given in `model_args` (its parts are
+# classes there: a model that differs in them is published as an architecture that has them).
+_NOT_IN_TIMM = ("representation_size", "distillation_token", "mlp", "layer_norm_epsilon")
+# LayerNorm epsilons this close give the same logits to well under 1e-4.
+_SAME_EPSILON = 1e-6
 # transformers' model types of the family.
 TRANSFORMERS_TYPES = ("vit", "deit")
 
 
 def timm_arguments(model_args, defaults, source):
-    """timm's `model_args` as ViT arguments over the architecture's `defaults`."""
-    unknown = sorted(set(model_args) - set(TIMM_ARGUMENTS) - {"global_pool", _EMBED_CLASS, _FC_NORM})
+    """timm's `model_args` as ViT arguments over the named architecture's `defaults`, as timm
+    builds them: the entry point's own keyword arguments, `model_args` over them, then what
+    derives from them (the MLP's width is `mlp_ratio` times the width)."""
+    unknown = timm_args.unknown(model_args)
     if unknown:
         raise ValueError(
             f"{source} builds its model with timm arguments keras-vit does not have ({', '.join(unknown)})."
         )
-    arguments = {TIMM_ARGUMENTS[k]: v for k, v in model_args.items() if TIMM_ARGUMENTS.get(k)}
-    if "mlp_ratio" in model_args:
-        width = arguments.get("hidden_dim", defaults["hidden_dim"])
-        arguments["mlp_dim"] = int(round(width * model_args["mlp_ratio"]))
-    if _EMBED_CLASS in model_args:
-        arguments["cls_position_embedding"] = not model_args[_EMBED_CLASS]
-    if "global_pool" in model_args:
-        pool = model_args["global_pool"]
-        if pool not in _POOLING:
-            raise ValueError(f"{source} pools with {pool!r}; keras-vit pools with 'token' or 'avg'.")
-        arguments["pooling"] = _POOLING[pool]
-    if model_args.get(_FC_NORM) is not None and arguments.get("pooling", defaults.get("pooling")) == "gap":
-        arguments["norm_before_pooling"] = not model_args[_FC_NORM]
+    named = timm_args.timm_kwargs(defaults)
+    arguments = timm_args.from_timm({**named, **model_args}, source)
+    if "mlp_ratio" not in model_args and arguments["hidden_dim"] == defaults["hidden_dim"]:
+        arguments["mlp_dim"] = defaults["mlp_dim"]  # the named width, not its ratio rounded back
     return arguments
 
 
@@ -83,9 +70,11 @@ def transformers_arguments(config, source):
 
 def timm_model_args(config, named, architecture):
     """timm's `model_args` for where `config` (a ViT's) differs from the `named` architecture's
-    (all its arguments). timm's LayerNorm epsilon is 1e-6 whatever a model's (a transformers
-    repo's is 1e-12): a difference far below what logits are compared to."""
+    (all its arguments). LayerNorm epsilons closer than `_SAME_EPSILON` count as the same (a
+    transformers repo's 1e-12 as timm's 1e-6): a difference far below what logits are compared to."""
     differ = {key for key, value in named.items() if key in config and config[key] != value}
+    if _same_epsilon(config, named):
+        differ.discard("layer_norm_epsilon")
     cannot = sorted(differ & set(_NOT_IN_TIMM))
     if cannot:
         raise ValueError(
@@ -100,28 +89,33 @@ def timm_model_args(config, named, architecture):
                 f"timm cannot build an MLP of {config['mlp_dim']} on a width of {config['hidden_dim']}."
             )
         model_args["mlp_ratio"] = ratio
-    if "cls_position_embedding" in differ:
-        model_args[_EMBED_CLASS] = not config["cls_position_embedding"]
-    if config["pooling"] == "gap" and config["norm_before_pooling"] != named.get(
-        "norm_before_pooling", False
-    ):
-        model_args[_FC_NORM] = not config["norm_before_pooling"]
+    mine, theirs = timm_args.timm_kwargs(config), timm_args.timm_kwargs(named)
+    for key in ("init_values", "no_embed_class", "global_pool", "fc_norm", "act_layer"):
+        if mine[key] != theirs[key]:
+            model_args[key] = mine[key]
     return model_args
 
 
 def timm_architecture(config, architectures):
     """The architecture of `architectures` (names timm has) a ViT's `config` is published as:
-    its own name when it is one, else the nearest one with the same distillation token (which
-    timm's model_args cannot add or remove)."""
+    its own name when it is one, else the nearest one with the same parts timm's model_args cannot
+    change (the distillation token, the MLP's kind, the LayerNorm's epsilon)."""
     if config.get("name") in architectures:
         return config["name"]
-    same_kind = [
-        name
-        for name in architectures
-        if name in MODEL_CONFIGS
-        and FAMILY.config(name).get("distillation_token", False) == config.get("distillation_token", False)
-    ]
-    return nearest_architecture(config, same_kind)
+
+    def same_kind(name):
+        named = FAMILY.architecture(FAMILY.config(name)).config()
+        return all(named[key] == config.get(key, named[key]) for key in ("distillation_token", "mlp")) and (
+            _same_epsilon(config, named)
+        )
+
+    return nearest_architecture(
+        config, [name for name in architectures if name in MODEL_CONFIGS and same_kind(name)]
+    )
+
+
+def _same_epsilon(config, named):
+    return abs(config.get("layer_norm_epsilon", 1e-6) - named["layer_norm_epsilon"]) <= _SAME_EPSILON
 
 
 def nearest_architecture(arguments, names=None):
@@ -132,16 +126,16 @@ def nearest_architecture(arguments, names=None):
     size = size if isinstance(size, int) else (size or [None])[0]
 
     def shared(name):
-        config = FAMILY.config(name)
+        config = FAMILY.architecture(FAMILY.config(name)).config()  # every argument, in normal form
         same = sum(config.get(key) == value for key, value in arguments.items() if key != "image_size")
-        return same, -abs(config["image_size"] - size) if size else 0, name
+        return same, -abs(config["image_size"][0] - size) if size else 0, name
 
     return max(names or MODEL_CONFIGS, key=shared)
 
 
 def timm_global_pool(config):
     """timm's `global_pool` for a ViT's config."""
-    return {value: key for key, value in _POOLING.items()}[config["pooling"]]
+    return {value: key for key, value in timm_args.POOLINGS.items()}[config["pooling"]]
 
 
 def num_features(config):

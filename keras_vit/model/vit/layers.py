@@ -13,6 +13,34 @@ from keras_vit.model.checks import check_positive_int, check_rate
 from keras_vit.model.layers import Block, DropPath, weight_initializer
 
 
+@keras.saving.register_keras_serializable(package="keras_vit")
+def gelu_tanh(x):
+    """GELU with the tanh approximation (timm's `gelu_tanh`, PyTorch's `approximate="tanh"`)."""
+    return keras.activations.gelu(x, approximate=True)
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+def quick_gelu(x):
+    """OpenAI CLIP's `x * sigmoid(1.702 x)` (timm's `quick_gelu`)."""
+    return x * ops.sigmoid(ops.cast(1.702, x.dtype) * x)
+
+
+# The MLP's activation by its name (`ViT(activation=...)`): exact (erf) GELU, as timm and the
+# original JAX code use, unless a model's says otherwise.
+ACTIVATIONS = {
+    "gelu": keras.activations.gelu,
+    "gelu_tanh": gelu_tanh,
+    "quick_gelu": quick_gelu,
+    "silu": keras.activations.silu,
+}
+
+
+def activation_named(name):
+    if name not in ACTIVATIONS:
+        raise ValueError(f"activation must be one of {', '.join(map(repr, ACTIVATIONS))}, got {name!r}.")
+    return ACTIVATIONS[name]
+
+
 def _patch_grid(height, width, patch_size):
     """Returns (rows, columns) of patches; a size not divisible by P is an error."""
     if height % patch_size or width % patch_size:
@@ -92,6 +120,8 @@ class PatchEncoder(keras.layers.Layer):
         class_token: bool, default True. False: no [cls] token (models pooled by averaging).
         register_tokens: int, default 0. Learned register tokens after the other prefix
             tokens ("Vision Transformers Need Registers", Darcet et al. 2024).
+        projection_bias: bool, default True. Whether the patch projection has a bias (CLIP's,
+            followed by a LayerNorm, has none).
     """
 
     def __init__(
@@ -103,6 +133,7 @@ class PatchEncoder(keras.layers.Layer):
         distillation_token=False,
         class_token=True,
         register_tokens=0,
+        projection_bias=True,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -121,6 +152,7 @@ class PatchEncoder(keras.layers.Layer):
         self.distillation_token = bool(distillation_token)
         self.class_token = bool(class_token)
         self.register_tokens = int(register_tokens)
+        self.projection_bias = bool(projection_bias)
         # Tokens before the patch tokens: [cls], DeiT's distillation token, the registers.
         self.num_prefix_tokens = self.class_token + self.distillation_token + self.register_tokens
         # Prefix tokens that have a position embedding (before the grid's embeddings).
@@ -131,6 +163,7 @@ class PatchEncoder(keras.layers.Layer):
             kernel_size=patch_size,
             strides=patch_size,
             padding="valid",
+            use_bias=self.projection_bias,
             kernel_initializer=weight_initializer(),
             dtype=self.dtype_policy,
             name="projection",
@@ -212,6 +245,7 @@ class PatchEncoder(keras.layers.Layer):
                 "distillation_token": self.distillation_token,
                 "class_token": self.class_token,
                 "register_tokens": self.register_tokens,
+                "projection_bias": self.projection_bias,
             }
         )
         return config
@@ -257,9 +291,20 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         num_heads: int. Number of heads; must divide `hidden_dim`.
         attention_dropout: float, default 0. Dropout on the attention weights.
         dropout: float, default 0. Dropout after the output projection.
+        qkv_bias: bool, default True. Whether `qkv` has a bias.
+        proj_bias: bool, default True. Whether `proj` has a bias.
     """
 
-    def __init__(self, hidden_dim, num_heads, attention_dropout=0.0, dropout=0.0, **kwargs):
+    def __init__(
+        self,
+        hidden_dim,
+        num_heads,
+        attention_dropout=0.0,
+        dropout=0.0,
+        qkv_bias=True,
+        proj_bias=True,
+        **kwargs,
+    ):
         super().__init__(**kwargs)
         check_positive_int(hidden_dim, "hidden_dim")
         check_positive_int(num_heads, "num_heads")
@@ -276,14 +321,24 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         self.num_heads = num_heads
         self.attention_dropout = attention_dropout
         self.dropout = dropout
+        self.qkv_bias = bool(qkv_bias)
+        self.proj_bias = bool(proj_bias)
 
         self.head_dim = hidden_dim // num_heads
         self.scale = self.head_dim**-0.5
         self.qkv = keras.layers.Dense(
-            3 * hidden_dim, kernel_initializer=weight_initializer(), dtype=self.dtype_policy, name="qkv"
+            3 * hidden_dim,
+            use_bias=self.qkv_bias,
+            kernel_initializer=weight_initializer(),
+            dtype=self.dtype_policy,
+            name="qkv",
         )
         self.proj = keras.layers.Dense(
-            hidden_dim, kernel_initializer=weight_initializer(), dtype=self.dtype_policy, name="proj"
+            hidden_dim,
+            use_bias=self.proj_bias,
+            kernel_initializer=weight_initializer(),
+            dtype=self.dtype_policy,
+            name="proj",
         )
         self.attention_dropout_layer = keras.layers.Dropout(
             attention_dropout, dtype=self.dtype_policy, name="attention_dropout"
@@ -331,9 +386,58 @@ class MultiHeadSelfAttention(keras.layers.Layer):
                 "num_heads": self.num_heads,
                 "attention_dropout": self.attention_dropout,
                 "dropout": self.dropout,
+                "qkv_bias": self.qkv_bias,
+                "proj_bias": self.proj_bias,
             }
         )
         return config
+
+
+class _Mlp:
+    """timm's `Mlp`: fc1, the activation, fc2 (the activation fused into fc1's Dense)."""
+
+    hidden_layers = ("fc1",)
+    fused_activation = True
+
+    def widths(self, mlp_dim):
+        """The widths of the layers before the activation, and fc2's input width."""
+        return (mlp_dim,), mlp_dim
+
+    def hidden(self, outputs, activation):
+        return outputs[0]
+
+
+class _SwiGLU:
+    """timm's `SwiGLU`: `activation(fc1_g(x)) * fc1_x(x)`, then fc2."""
+
+    hidden_layers = ("fc1_g", "fc1_x")
+    fused_activation = False
+
+    def widths(self, mlp_dim):
+        return (mlp_dim, mlp_dim), mlp_dim
+
+    def hidden(self, outputs, activation):
+        gate, x = outputs
+        return activation(gate) * x
+
+
+class _SwiGLUPacked:
+    """timm's `SwiGLUPacked` (`GluMlp`, gate first): fc1's outputs split in halves `(a, b)`,
+    `activation(a) * b`, then fc2 (DINOv2-g)."""
+
+    hidden_layers = ("fc1",)
+    fused_activation = False
+
+    def widths(self, mlp_dim):
+        return (mlp_dim,), mlp_dim // 2
+
+    def hidden(self, outputs, activation):
+        gate, x = ops.split(outputs[0], 2, axis=-1)
+        return activation(gate) * x
+
+
+# The MLP of a block by its kind (`ViT(mlp=...)`, timm's `mlp_layer`).
+MLPS = {"mlp": _Mlp(), "swiglu": _SwiGLU(), "swiglu_packed": _SwiGLUPacked()}
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -341,7 +445,7 @@ class TransformerBlock(Block):
     """A pre-LayerNorm Transformer encoder block.
 
     `x + DropPath(Attention(LN(x)))`, then `x + DropPath(MLP(LN(x)))`, where
-    the MLP is Dense, GELU, Dropout, Dense, Dropout.
+    the MLP is Dense, GELU, Dropout, Dense, Dropout (or the `mlp` and `activation` chosen).
 
     Args:
         hidden_dim: int. Width of the tokens.
@@ -353,6 +457,14 @@ class TransformerBlock(Block):
         layer_norm_epsilon: float, default 1e-6.
         layer_scale: float or None. LayerScale (CaiT, DeiT III): each branch's output is
             multiplied by a learned per-channel scale that starts at this value.
+        qkv_bias: bool, default True. Whether the attention's `qkv` has a bias.
+        proj_bias: bool, default True. Whether the attention's output projection and the MLP's
+            layers have biases (timm's `proj_bias`).
+        activation: str, default "gelu". The MLP's activation: "gelu" (exact), "gelu_tanh",
+            "quick_gelu" (OpenAI CLIP's) or "silu".
+        mlp: str, default "mlp". The MLP's kind (timm's `mlp_layer`): "mlp" (fc1, activation,
+            fc2), "swiglu" (`activation(fc1_g(x)) * fc1_x(x)`, fc2) or "swiglu_packed" (fc1's
+            outputs halved into gate and value, fc2 on `mlp_dim / 2`).
     """
 
     def __init__(
@@ -365,10 +477,16 @@ class TransformerBlock(Block):
         drop_path_rate=0.0,
         layer_norm_epsilon=1e-6,
         layer_scale=None,
+        qkv_bias=True,
+        proj_bias=True,
+        activation="gelu",
+        mlp="mlp",
         **kwargs,
     ):
         super().__init__(**kwargs)
         check_positive_int(mlp_dim, "mlp_dim")
+        if mlp not in MLPS:
+            raise ValueError(f"mlp must be one of {', '.join(map(repr, MLPS))}, got {mlp!r}.")
         # === Config ===
         self.hidden_dim = hidden_dim
         self.num_heads = num_heads
@@ -378,11 +496,18 @@ class TransformerBlock(Block):
         self.drop_path_rate = drop_path_rate
         self.layer_norm_epsilon = layer_norm_epsilon
         self.layer_scale = None if layer_scale is None else float(layer_scale)
+        self.qkv_bias = bool(qkv_bias)
+        self.proj_bias = bool(proj_bias)
+        self.activation = activation
+        self.mlp = mlp
+        self.mlp_part = MLPS[mlp]
+        self.activation_function = activation_named(activation)
 
         def dense(units, name, activation=None):
             return keras.layers.Dense(
                 units,
                 activation=activation,
+                use_bias=self.proj_bias,
                 kernel_initializer=weight_initializer(),
                 dtype=self.dtype_policy,
                 name=name,
@@ -399,13 +524,17 @@ class TransformerBlock(Block):
             num_heads,
             attention_dropout=attention_dropout,
             dropout=dropout,
+            qkv_bias=qkv_bias,
+            proj_bias=proj_bias,
             dtype=self.dtype_policy,
             name="attention",
         )
         self.drop_path1 = DropPath(drop_path_rate, dtype=self.dtype_policy, name="drop_path1")
         self.norm2 = layer_norm("norm2")
-        # Exact (erf) GELU, as timm and the original JAX code use.
-        self.fc1 = dense(mlp_dim, "fc1", activation=keras.activations.gelu)
+        widths, self.mlp_hidden_dim = self.mlp_part.widths(mlp_dim)
+        fused = self.activation_function if self.mlp_part.fused_activation else None
+        for name, units in zip(self.mlp_part.hidden_layers, widths, strict=True):
+            setattr(self, name, dense(units, name, activation=fused))
         self.mlp_dropout1 = keras.layers.Dropout(dropout, dtype=self.dtype_policy, name="mlp_dropout1")
         self.fc2 = dense(hidden_dim, "fc2")
         self.mlp_dropout2 = keras.layers.Dropout(dropout, dtype=self.dtype_policy, name="mlp_dropout2")
@@ -420,12 +549,23 @@ class TransformerBlock(Block):
         self.norm1.build(input_shape)
         self.attention.build(input_shape)
         self.norm2.build(input_shape)
-        self.fc1.build(input_shape)
-        self.fc2.build(tuple(input_shape[:-1]) + (self.mlp_dim,))
+        for layer in self.mlp_hidden_layers:
+            layer.build(input_shape)
+        self.fc2.build(tuple(input_shape[:-1]) + (self.mlp_hidden_dim,))
         if self.layer_scale is not None:
             scale = keras.initializers.Constant(self.layer_scale)
             self.ls1 = self.add_weight(shape=(self.hidden_dim,), initializer=scale, name="ls1")
             self.ls2 = self.add_weight(shape=(self.hidden_dim,), initializer=scale, name="ls2")
+
+    @property
+    def mlp_hidden_layers(self):
+        """The MLP's Dense layers before its activation (fc1, or SwiGLU's fc1_g and fc1_x)."""
+        return [getattr(self, name) for name in self.mlp_part.hidden_layers]
+
+    def _mlp(self, x, training=None):
+        hidden = [layer(x) for layer in self.mlp_hidden_layers]
+        y = self.mlp_dropout1(self.mlp_part.hidden(hidden, self.activation_function), training=training)
+        return self.mlp_dropout2(self.fc2(y), training=training)
 
     def _layer_scaled(self, branch, which):
         """`branch` times LayerScale's `ls1` or `ls2`, when the block has LayerScale."""
@@ -445,8 +585,7 @@ class TransformerBlock(Block):
         if return_attention_scores:
             attended, scores = attended
         x = x + self.drop_path1(self._layer_scaled(attended, "ls1"), training=training)
-        y = self.mlp_dropout1(self.fc1(self.norm2(x)), training=training)
-        y = self.mlp_dropout2(self.fc2(y), training=training)
+        y = self._mlp(self.norm2(x), training=training)
         x = x + self.drop_path2(self._layer_scaled(y, "ls2"), training=training)
         if return_attention_scores:
             return x, scores
@@ -470,6 +609,10 @@ class TransformerBlock(Block):
                 "drop_path_rate": self.drop_path_rate,
                 "layer_norm_epsilon": self.layer_norm_epsilon,
                 "layer_scale": self.layer_scale,
+                "qkv_bias": self.qkv_bias,
+                "proj_bias": self.proj_bias,
+                "activation": self.activation,
+                "mlp": self.mlp,
             }
         )
         return config
@@ -481,11 +624,12 @@ class TokenPooling(keras.layers.Layer):
 
     Args:
         mode: `"token"` takes the [cls] token; `"distillation"` the token after it
-            (DeiT's); `"gap"` averages the patch tokens (the prefix tokens excluded, as in timm).
+            (DeiT's); `"gap"` averages the patch tokens (the prefix tokens excluded, as in timm);
+            `"none"` keeps every token (timm's `global_pool=""`).
         num_prefix_tokens: int, default 1. Tokens before the patch tokens.
     """
 
-    MODES = ("token", "distillation", "gap")
+    MODES = ("token", "distillation", "gap", "none")
 
     def __init__(self, mode="token", num_prefix_tokens=1, **kwargs):
         super().__init__(**kwargs)
@@ -500,12 +644,138 @@ class TokenPooling(keras.layers.Layer):
             return x[:, 0]
         if self.mode == "distillation":
             return x[:, 1]
+        if self.mode == "none":
+            return x
         return ops.mean(x[:, self.num_prefix_tokens :], axis=1)
 
     def compute_output_shape(self, input_shape):
+        if self.mode == "none":
+            return input_shape
         return (input_shape[0], input_shape[-1])
 
     def get_config(self):
         config = super().get_config()
         config.update({"mode": self.mode, "num_prefix_tokens": self.num_prefix_tokens})
+        return config
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class AttentionPoolLatent(keras.layers.Layer):
+    """Multi-head attention pooling with a learned latent query (timm's `AttentionPoolLatent`,
+    `global_pool="map"`: SigLIP's head).
+
+    A learned latent token queries the patch tokens (the prefix tokens left out, as timm's
+    `pool_include_prefix=False`) in one cross-attention (`q` from the latent, `kv` from the
+    tokens), projected (`proj`); then `x + MLP(LayerNorm(x))`, and the latent's vector is the
+    pooled one. Weights are laid out as timm's: `latent`, `q`, `kv` (keys, then values), `proj`,
+    `norm`, `fc1` and `fc2` (its `mlp`).
+
+    Args:
+        hidden_dim: int. Width of the tokens.
+        num_heads: int. Attention heads; must divide `hidden_dim`.
+        mlp_dim: int. Hidden width of the MLP.
+        num_prefix_tokens: int, default 0. Tokens before the patch tokens, left out.
+        activation: str, default "gelu". The MLP's activation (`TransformerBlock`'s names).
+        layer_norm_epsilon: float, default 1e-6.
+    """
+
+    def __init__(
+        self,
+        hidden_dim,
+        num_heads,
+        mlp_dim,
+        num_prefix_tokens=0,
+        activation="gelu",
+        layer_norm_epsilon=1e-6,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        check_positive_int(hidden_dim, "hidden_dim")
+        check_positive_int(num_heads, "num_heads")
+        check_positive_int(mlp_dim, "mlp_dim")
+        if hidden_dim % num_heads:
+            raise ValueError(
+                f"num_heads={num_heads} does not divide hidden_dim={hidden_dim}: pick a head count "
+                f"that divides {hidden_dim}."
+            )
+        # === Config ===
+        self.hidden_dim = hidden_dim
+        self.num_heads = num_heads
+        self.mlp_dim = mlp_dim
+        self.num_prefix_tokens = int(num_prefix_tokens)
+        self.activation = activation
+        self.layer_norm_epsilon = layer_norm_epsilon
+
+        self.head_dim = hidden_dim // num_heads
+        self.scale = self.head_dim**-0.5
+
+        def dense(units, name, activation=None):
+            return keras.layers.Dense(
+                units,
+                activation=activation,
+                kernel_initializer=weight_initializer(),
+                dtype=self.dtype_policy,
+                name=name,
+            )
+
+        self.q = dense(hidden_dim, "q")
+        self.kv = dense(2 * hidden_dim, "kv")
+        self.proj = dense(hidden_dim, "proj")
+        self.norm = keras.layers.LayerNormalization(
+            epsilon=layer_norm_epsilon, dtype=self.dtype_policy, name="norm"
+        )
+        self.fc1 = dense(mlp_dim, "fc1", activation=activation_named(activation))
+        self.fc2 = dense(hidden_dim, "fc2")
+
+    def build(self, input_shape):
+        if input_shape[-1] != self.hidden_dim:
+            raise ValueError(
+                f"AttentionPoolLatent has hidden_dim={self.hidden_dim} but its input has "
+                f"{input_shape[-1]} channels (input shape {tuple(input_shape)})."
+            )
+        vector = (None, 1, self.hidden_dim)
+        self.latent = self.add_weight(
+            shape=(1, 1, self.hidden_dim),
+            initializer=keras.initializers.TruncatedNormal(stddev=self.hidden_dim**-0.5),
+            name="latent",
+        )
+        self.q.build(vector)
+        self.kv.build(input_shape)
+        self.proj.build(vector)
+        self.norm.build(vector)
+        self.fc1.build(vector)
+        self.fc2.build((None, 1, self.mlp_dim))
+
+    def _heads(self, x, num_tokens):
+        x = ops.reshape(x, (-1, num_tokens, self.num_heads, self.head_dim))
+        return ops.transpose(x, (0, 2, 1, 3))
+
+    def call(self, x):
+        x = x[:, self.num_prefix_tokens :]
+        num_tokens = x.shape[1] if x.shape[1] is not None else ops.shape(x)[1]
+        latent = ops.broadcast_to(ops.cast(self.latent, x.dtype), (ops.shape(x)[0], 1, self.hidden_dim))
+        q = self._heads(self.q(latent), 1) * ops.cast(self.scale, x.dtype)
+        k, v = (self._heads(t, num_tokens) for t in ops.split(self.kv(x), 2, axis=-1))
+        scores = ops.matmul(q, ops.transpose(k, (0, 1, 3, 2)))
+        weights = ops.cast(ops.softmax(ops.cast(scores, "float32"), axis=-1), x.dtype)
+        out = ops.reshape(ops.transpose(ops.matmul(weights, v), (0, 2, 1, 3)), (-1, 1, self.hidden_dim))
+        out = self.proj(out)
+        out = out + self.fc2(self.fc1(self.norm(out)))
+        return ops.reshape(out, (-1, self.hidden_dim))
+
+    def compute_output_shape(self, input_shape):
+        return (input_shape[0], self.hidden_dim)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "hidden_dim": self.hidden_dim,
+                "num_heads": self.num_heads,
+                "mlp_dim": self.mlp_dim,
+                "num_prefix_tokens": self.num_prefix_tokens,
+                "activation": self.activation,
+                "layer_norm_epsilon": self.layer_norm_epsilon,
+            }
+        )
         return config

@@ -5,7 +5,7 @@ import keras
 from keras_vit.model.family_model import FamilyModel, resolved_dtype, set_signature
 from keras_vit.model.layers import ImageNormalization, weight_initializer
 from keras_vit.model.vit.architecture import Architecture, pair
-from keras_vit.model.vit.layers import PatchEncoder, TokenPooling, TransformerBlock
+from keras_vit.model.vit.layers import AttentionPoolLatent, PatchEncoder, TokenPooling, TransformerBlock
 from keras_vit.model.vit.pos_embed import resample_position_embeddings
 
 
@@ -58,7 +58,10 @@ class ViT(FamilyModel):
         mlp_dim: int. Hidden width of each block's MLP.
         num_classes: int, default 1000. Classifier outputs.
         channels: int, default 3. Image channels (1 for grayscale).
-        pooling: `"token"` ([cls] token, default) or `"gap"` (mean of the patch tokens).
+        pooling: how the tokens become one vector (timm's `global_pool`): `"token"` (the
+            [cls] token, default), `"gap"` (the mean of the patch tokens; timm's "avg"), `"map"`
+            (attention pooling with a learned latent query, `AttentionPoolLatent`: SigLIP's) or
+            `"none"` (every token kept, the head applied to each; timm's "").
         representation_size: int or None. Adds the paper's pre-logits layer
             (Dense + tanh) of this width before the classifier.
         include_top: bool, default True. Whether to add the classifier.
@@ -74,6 +77,9 @@ class ViT(FamilyModel):
         image_std: list of floats or None. Per-channel std on the [0, 1] scale.
         class_names: list of str or None. The label of each output, saved
             with the model for prediction and export.
+        license: str or None. The licence of the weights, as timm's pretrained_cfg names it
+            (`"apache-2.0"`, `"cc-by-nc-4.0"`): a pretrained model carries its repo's, and
+            `keras_vit.save_pretrained` writes it back.
         layer_scale: float or None. LayerScale's initial value in every block
             (DeiT III: 1e-6); None (ViT, DeiT) has none.
         cls_position_embedding: bool, default True. False gives position
@@ -81,8 +87,22 @@ class ViT(FamilyModel):
         class_token: bool, default True. False: no [cls] token (with `pooling="gap"`).
         register_tokens: int, default 0. Register tokens after the other prefix tokens
             (Darcet et al. 2024); they are dropped by the pooling.
-        norm_before_pooling: bool, default False. Apply the final LayerNorm to every token
-            before a `"gap"` pooling (timm's `fc_norm=False`) instead of to the pooled vector.
+        norm_before_pooling: bool or None, default None. Where the final LayerNorm goes: on
+            every token before the pooling (True; timm's `fc_norm=False`) or on the pooled vector
+            (False; timm's `fc_norm=True`). None is timm's `fc_norm=None`: after a `"gap"`
+            pooling, before any other.
+        qkv_bias: bool, default True. Whether the attention's query/key/value projection has a
+            bias (timm's `qkv_bias`).
+        proj_bias: bool, default True. Whether the attention's output projection and the MLP's
+            layers have biases (timm's `proj_bias`).
+        pre_norm: bool, default False. A LayerNorm on the tokens before the first block, and no
+            bias in the patch projection (CLIP's; timm's `pre_norm`).
+        final_norm: bool, default True. False: no LayerNorm after the blocks (timm's
+            `final_norm`).
+        activation: the MLP's activation (timm's `act_layer`): `"gelu"` (exact, default),
+            `"gelu_tanh"`, `"quick_gelu"` (OpenAI CLIP's) or `"silu"`.
+        mlp: the MLP's kind (timm's `mlp_layer`): `"mlp"` (default), `"swiglu"` or
+            `"swiglu_packed"` (DINOv2-g's); `mlp_dim` is timm's `hidden_features` for each.
         distillation_token: bool, default False. DeiT's distilled layout: a second
             prefix token with its own head (`head_dist`); the model returns the mean of
             both heads' logits, as timm does at inference (`distilled_heads` gives each).
@@ -130,10 +150,18 @@ def _stem(images, arch, dtype):
         distillation_token=arch.distillation_token,
         class_token=arch.class_token,
         register_tokens=arch.register_tokens,
+        projection_bias=not arch.pre_norm,  # as timm: a LayerNorm follows, so no bias
         dtype=dtype,
         name="patch_encoder",
     )
-    return encoder(x)
+    tokens = encoder(x)
+    if arch.pre_norm:
+        tokens = _layer_norm(arch, dtype, "norm_pre")(tokens)
+    return tokens
+
+
+def _layer_norm(arch, dtype, name):
+    return keras.layers.LayerNormalization(epsilon=arch.layer_norm_epsilon, dtype=dtype, name=name)
 
 
 def _blocks(tokens, arch, dtype):
@@ -149,21 +177,41 @@ def _blocks(tokens, arch, dtype):
             drop_path_rate=arch.drop_path_rate * i / max(arch.depth - 1, 1),
             layer_norm_epsilon=arch.layer_norm_epsilon,
             layer_scale=arch.layer_scale,
+            qkv_bias=arch.qkv_bias,
+            proj_bias=arch.proj_bias,
+            activation=arch.activation,
+            mlp=arch.mlp,
             dtype=dtype,
             name=f"block_{i}",
         )(tokens)
     return tokens
 
 
-def _head(tokens, arch, dtype):
-    """Pooling, the final LayerNorm, the optional pre-logits layer and the classifier (or the
-    pooled embedding with `include_top=False`).
+def _pooling(arch, dtype):
+    """The pooling part: `AttentionPoolLatent` for "map", else `TokenPooling`."""
+    if arch.pooling == "map":
+        return AttentionPoolLatent(
+            arch.hidden_dim,
+            arch.num_heads,
+            arch.mlp_dim,
+            num_prefix_tokens=arch.prefix_tokens,
+            activation=arch.activation,
+            layer_norm_epsilon=arch.layer_norm_epsilon,
+            dtype=dtype,
+            name="pooling",
+        )
+    return TokenPooling(arch.pooling, arch.prefix_tokens, dtype=dtype, name="pooling")
 
-    Pooling, then the LayerNorm: equal for "token" (LayerNorm acts per token) and timm's
-    fc_norm for "gap"; `norm_before_pooling` is timm's gap with fc_norm=False."""
-    norm = keras.layers.LayerNormalization(epsilon=arch.layer_norm_epsilon, dtype=dtype, name="norm")
-    pooling = TokenPooling(arch.pooling, arch.prefix_tokens, dtype=dtype, name="pooling")
-    x = pooling(norm(tokens)) if arch.norm_before_pooling else norm(pooling(tokens))
+
+def _head(tokens, arch, dtype):
+    """Pooling, the final LayerNorm (on every token before the pooling, timm's `norm`, or on the
+    pooled vector, timm's `fc_norm`; none with `final_norm=False`), the optional pre-logits layer
+    and the classifier (or the pooled embedding with `include_top=False`)."""
+    norm = _layer_norm(arch, dtype, "norm") if arch.final_norm else (lambda x: x)
+    pooling = _pooling(arch, dtype)
+    # A "token" pooling takes the LayerNorm of one token: the same as of all, for less work.
+    after = arch.norm_after_pooling or arch.pooling == "token"
+    x = norm(pooling(tokens)) if after else pooling(norm(tokens))
     if arch.representation_size is not None:
         x = keras.layers.Dense(
             arch.representation_size,

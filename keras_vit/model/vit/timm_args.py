@@ -1,0 +1,166 @@
+"""timm's `VisionTransformer` keyword arguments as a ViT's arguments, and back (keras-free).
+
+timm builds a named ViT by calling its entry point, which passes its own keyword arguments
+(`vit_base_patch16_clip_224`: `pre_norm=True`, `norm_layer=partial(LayerNorm, eps=1e-5)`, ...) with
+a repo's `model_args` over them; the arguments that are parts (`act_layer`, `mlp_layer`,
+`norm_layer`) are classes there and names here, as `scripts/generate_pretrained_table.py` writes
+every entry point's (`tables/timm_vit_entry_points.json`) and as a repo's `config.json` may give
+them: `act_layer` by timm's name ("quick_gelu"), `mlp_layer` as "mlp", "swiglu" or "swiglu_packed",
+`norm_layer` as "layernorm" or `{"name": "layernorm", "eps": 1e-5}`.
+"""
+
+from keras_vit.model.vit.architecture import ARGUMENTS, Architecture
+
+# timm's keyword arguments that are a ViT argument as they are.
+SAME = {
+    "img_size": "image_size",
+    "patch_size": "patch_size",
+    "in_chans": "channels",
+    "embed_dim": "hidden_dim",
+    "depth": "depth",
+    "num_heads": "num_heads",
+    "class_token": "class_token",
+    "reg_tokens": "register_tokens",
+    "qkv_bias": "qkv_bias",
+    "proj_bias": "proj_bias",
+    "pre_norm": "pre_norm",
+    "final_norm": "final_norm",
+    "drop_rate": "dropout",
+    "attn_drop_rate": "attention_dropout",
+    "drop_path_rate": "drop_path_rate",
+}
+# Those read through a rule (`from_timm`). `num_classes` is the config's own; `dynamic_img_size`
+# changes nothing at the model's own size, and keras-vit resizes a model (`resize_model`) rather
+# than its position embeddings at each call; `distilled` is timm's DeiT entry points'.
+RULED = (
+    "mlp_ratio",
+    "init_values",
+    "no_embed_class",
+    "global_pool",
+    "fc_norm",
+    "act_layer",
+    "mlp_layer",
+    "norm_layer",
+    "num_classes",
+    "dynamic_img_size",
+    "distilled",
+)
+POOLINGS = {"token": "token", "avg": "gap", "map": "map", "": "none"}
+ACTIVATIONS = {
+    "gelu": "gelu",
+    "gelu_tanh": "gelu_tanh",
+    "quick_gelu": "quick_gelu",
+    "silu": "silu",
+    "swish": "silu",
+}
+MLPS = ("mlp", "swiglu", "swiglu_packed")
+# timm's LayerNorm (`timm.layers.LayerNorm`), its ViT's default norm_layer.
+LAYER_NORM_EPS = 1e-6
+# timm's defaults, for the keyword arguments an entry point leaves out.
+DEFAULTS = {
+    "img_size": 224,
+    "patch_size": 16,
+    "in_chans": 3,
+    "embed_dim": 768,
+    "depth": 12,
+    "num_heads": 12,
+    "mlp_ratio": 4.0,
+    "qkv_bias": True,
+    "proj_bias": True,
+    "init_values": None,
+    "class_token": True,
+    "no_embed_class": False,
+    "reg_tokens": 0,
+    "pre_norm": False,
+    "final_norm": True,
+    "fc_norm": None,
+    "global_pool": "token",
+    "act_layer": "gelu",
+    "mlp_layer": "mlp",
+    "norm_layer": "layernorm",
+    "distilled": False,
+    "drop_rate": 0.0,
+    "attn_drop_rate": 0.0,
+    "drop_path_rate": 0.0,
+}
+
+
+class NotBuildable(ValueError):
+    """timm keyword arguments that ask for a part keras-vit does not have: the message names it."""
+
+
+def unknown(kwargs):
+    """The keyword arguments keras-vit does not read, sorted."""
+    return sorted(set(kwargs) - set(SAME) - set(RULED))
+
+
+def from_timm(kwargs, source):
+    """A ViT's arguments from timm's keyword arguments (any left out take timm's defaults).
+
+    Raises:
+        NotBuildable: an argument or a part keras-vit does not have; `source` names the model.
+    """
+    if unknown(kwargs):
+        raise NotBuildable(
+            f"{source} takes timm arguments keras-vit has no part for ({', '.join(unknown(kwargs))})."
+        )
+    kwargs = {**DEFAULTS, **kwargs}
+    arguments = {ours: kwargs[timm] for timm, ours in SAME.items()}
+    arguments["image_size"] = _pair(kwargs["img_size"])
+    arguments["mlp_dim"] = int(kwargs["embed_dim"] * kwargs["mlp_ratio"])  # as timm's Block
+    arguments["layer_scale"] = kwargs["init_values"] or None  # timm: none for 0 or None
+    arguments["cls_position_embedding"] = not kwargs["no_embed_class"]
+    arguments["distillation_token"] = bool(kwargs["distilled"])
+    arguments["pooling"] = _choice(kwargs, "global_pool", POOLINGS, source)
+    arguments["norm_before_pooling"] = None if kwargs["fc_norm"] is None else not kwargs["fc_norm"]
+    arguments["activation"] = _choice(kwargs, "act_layer", ACTIVATIONS, source)
+    arguments["mlp"] = _choice(kwargs, "mlp_layer", {name: name for name in MLPS}, source)
+    arguments["layer_norm_epsilon"] = _layer_norm_eps(kwargs["norm_layer"], source)
+    return arguments
+
+
+def timm_kwargs(arguments):
+    """A ViT's architecture as the keyword arguments of timm's `VisionTransformer` that build it
+    (all of them, in this module's names for parts); `from_timm` reads them back."""
+    arch = Architecture(**{key: value for key, value in arguments.items() if key in ARGUMENTS})
+    kwargs = {timm: getattr(arch, ours) for timm, ours in SAME.items()}
+    pools = {ours: timm for timm, ours in POOLINGS.items()}
+    kwargs.update(
+        img_size=list(arch.image_size),
+        mlp_ratio=arch.mlp_dim / arch.hidden_dim,
+        init_values=arch.layer_scale,
+        no_embed_class=not arch.cls_position_embedding,
+        distilled=arch.distillation_token,
+        global_pool=pools[arch.pooling],
+        fc_norm=None if arch.norm_before_pooling is None else not arch.norm_before_pooling,
+        act_layer=arch.activation,
+        mlp_layer=arch.mlp,
+        norm_layer={"name": "layernorm", "eps": arch.layer_norm_epsilon},
+    )
+    return kwargs
+
+
+def _pair(size):
+    return [size, size] if isinstance(size, int) else list(size)
+
+
+def _choice(kwargs, key, choices, source):
+    value = kwargs[key]
+    if value is None and key == "act_layer":
+        value = "gelu"
+    if value not in choices:
+        raise NotBuildable(
+            f"{source} takes {key}={value!r}; keras-vit has {', '.join(repr(c) for c in choices)}."
+        )
+    return choices[value]
+
+
+def _layer_norm_eps(norm_layer, source):
+    """The epsilon of a LayerNorm given as "layernorm" (timm's, 1e-6) or {"name", "eps"}."""
+    if norm_layer is None:
+        norm_layer = "layernorm"
+    if isinstance(norm_layer, str):
+        norm_layer = {"name": norm_layer}
+    if not isinstance(norm_layer, dict) or norm_layer.get("name") != "layernorm":
+        raise NotBuildable(f"{source} takes norm_layer={norm_layer!r}; keras-vit's ViT has LayerNorm only.")
+    return float(norm_layer.get("eps", LAYER_NORM_EPS))

@@ -1,0 +1,90 @@
+"""How many of timm's pretrained ViT tags keras-vit resolves by name, and why each other one not.
+
+    .venv/bin/python scripts/timm_coverage.py            # the counts, then each unresolved tag
+    .venv/bin/python scripts/timm_coverage.py --json     # the same as JSON
+
+For the installed timm: every pretrained tag of its `vision_transformer`, `deit`,
+`vision_transformer_hybrid` and `vision_transformer_relpos` modules, resolved when
+`keras_vit.create_model(tag, pretrained=True)` finds it in keras-vit's generated table
+(`scripts/generate_pretrained_table.py`), else with the reason it is not.
+"""
+
+import argparse
+import collections
+import json
+import os
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+
+import timm  # noqa: E402
+from timm.models import get_pretrained_cfg  # noqa: E402
+
+from keras_vit.model.pretrained import pretrained_table  # noqa: E402
+from keras_vit.model.vit.configs import TIMM_UNBUILT  # noqa: E402
+
+MODULES = ("vision_transformer", "deit", "vision_transformer_hybrid", "vision_transformer_relpos")
+# The modules keras-vit builds no model of, and why.
+NOT_BUILT = {
+    "vision_transformer_hybrid": "a hybrid ViT (a ResNet or other CNN stem): keras-vit builds none",
+    "vision_transformer_relpos": "a ViT with relative position biases: keras-vit builds none",
+}
+
+
+def coverage():
+    """`{"timm_version", "table_timm_version", "tags", "resolved", "unresolved": {tag: reason}}`."""
+    table = pretrained_table()
+    tags, unresolved = [], {}
+    for module in MODULES:
+        for architecture in timm.list_models(module=module):
+            for tag in timm.list_pretrained(f"{architecture}.*"):
+                tags.append(tag)
+                reason = _unresolved(tag, architecture, module, table)
+                if reason:
+                    unresolved[tag] = reason
+    return {
+        "timm_version": timm.__version__,
+        "table_timm_version": table["timm_version"],
+        "tags": len(tags),
+        "resolved": len(tags) - len(unresolved),
+        "unresolved": unresolved,
+    }
+
+
+def _unresolved(tag, architecture, module, table):
+    """Why keras-vit does not resolve `tag`, or None when it does."""
+    if tag in table["tags"]:
+        return None
+    if module in NOT_BUILT:
+        return NOT_BUILT[module]
+    if architecture in TIMM_UNBUILT:
+        return TIMM_UNBUILT[architecture]
+    if not get_pretrained_cfg(tag).hf_hub_id:
+        return "timm has its weights at a URL only, on no hub"
+    return f"not in keras-vit's table, generated from timm {table['timm_version']}: run the generator again"
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    args = parser.parse_args(argv)
+    result = coverage()
+    if args.json:
+        print(json.dumps(result, indent=1, sort_keys=True))
+        return 0
+    print(
+        f"timm {result['timm_version']} (table from timm {result['table_timm_version']}): keras-vit "
+        f"resolves {result['resolved']} of {result['tags']} pretrained ViT tags of {', '.join(MODULES)}."
+    )
+    reasons = collections.Counter(result["unresolved"].values())
+    for reason, count in reasons.most_common():
+        print(f"  {count:4d} unresolved: {reason}")
+    for tag, reason in sorted(result["unresolved"].items()):
+        print(f"{tag}\t{reason}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,248 @@
+"""Every kind of timm ViT keras-vit builds by its timm name, against timm itself: a tiny random
+instance of each kind's entry point, built by timm with a real tag's pretrained_cfg, written with
+`save_for_hf` and served by the stand-in hub as `hf-hub:timm/<tag>` (conftest), loaded by timm and
+by keras-vit, outputs compared at the tag's size and at another (position embeddings resampled by
+each)."""
+
+import json
+import pathlib
+import shutil
+
+import keras
+import numpy as np
+import pytest
+import timm
+import torch
+from conftest import HUB
+from timm.models import save_for_hf
+
+import keras_vit
+
+# Tiny: 2 blocks of width 64 (DINOv2-g's 24 heads would not divide it: 2 heads everywhere).
+SMALL = dict(depth=2, embed_dim=64, num_heads=2)
+# (kind, timm tag, model_args beyond SMALL, another image size). The tags are real timm tags; the
+# kinds are the parts each brings: CLIP (pre-norm, no patch bias, LayerNorm eps 1e-5; OpenAI's
+# quick_gelu), SigLIP (no [cls], attention pooling; SigLIP2's gelu_tanh), DINOv2 (LayerScale,
+# 518 px; registers; the giant's SwiGLU), the gap ViTs (no qkv bias, the LayerNorm before the mean).
+KINDS = [
+    ("clip", "vit_base_patch16_clip_224.metaclip_2pt5b", {}, 160),
+    ("clip quick_gelu", "vit_base_patch32_clip_quickgelu_224.metaclip_2pt5b", {}, 256),
+    ("clip openai", "vit_large_patch14_clip_quickgelu_336.openai", {}, 224),
+    ("siglip", "vit_base_patch16_siglip_224.webli", {}, 256),
+    ("siglip2 gelu_tanh", "vit_base_patch32_siglip_256.v2_webli", {}, 224),
+    ("siglip gap", "vit_base_patch16_siglip_gap_224.webli", {}, 192),
+    ("dinov2", "vit_small_patch14_dinov2.lvd142m", {}, 224),
+    ("dinov2 registers", "vit_small_patch14_reg4_dinov2.lvd142m", {}, 224),
+    # Width 48: int(48 x 5.33334) = 256, an even MLP for SwiGLUPacked's two halves.
+    ("dinov2 giant swiglu_packed", "vit_giant_patch14_dinov2.lvd142m", dict(embed_dim=48), 224),
+    ("gap, no qkv bias", "vit_medium_patch16_gap_256.sw_in12k_ft_in1k", {}, 224),
+    ("no proj bias, no final norm", "vit_small_patch16_224.augreg_in21k_ft_in1k",
+     dict(proj_bias=False, final_norm=False), 160),
+    ("unpooled", "vit_small_patch16_224.augreg_in21k_ft_in1k", dict(global_pool="", num_classes=0), 160),
+]  # fmt: skip
+
+
+def _pixels(size, seed=0):
+    return np.random.default_rng(seed).uniform(0, 255, (2, size, size, 3)).astype("float32")
+
+
+def _timm_outputs(model, pixels):
+    """timm's outputs for [0, 255] pixels, normalised as its pretrained_cfg says."""
+    config = model.pretrained_cfg
+    x = (pixels / 255 - np.array(config["mean"])) / np.array(config["std"])
+    with torch.no_grad():
+        return model.eval()(torch.from_numpy(x.transpose(0, 3, 1, 2)).float()).numpy()
+
+
+@pytest.fixture(scope="module", params=KINDS, ids=[kind for kind, *_ in KINDS])
+def kind(request):
+    """(kind, tag, model_args, other size, timm's tiny model): the repo written once per kind."""
+    name, tag, extra, other_size = request.param
+    model_args = dict(SMALL, **extra)
+    torch.manual_seed(0)
+    reference = timm.create_model(tag, pretrained=False, **model_args)
+    with torch.no_grad():  # random LayerScale, latent and norms, so each weight shows in the outputs
+        for name, parameter in reference.named_parameters():
+            if name.endswith(("gamma", "latent")) or "norm" in name:
+                parameter.copy_(torch.randn_like(parameter) * 0.5 + (1 if "weight" in name else 0))
+    folder = HUB.repo_folder(f"timm/{tag}")
+    shutil.rmtree(folder, ignore_errors=True)
+    save_for_hf(reference, folder, model_args=model_args)
+    return name, tag, model_args, other_size, reference
+
+
+def test_a_timm_tag_of_each_kind_gives_timms_outputs_at_its_size_and_another(kind, hub_cache, record_parity):
+    name, tag, model_args, other_size, reference = kind
+    size = reference.pretrained_cfg["input_size"][-1]
+    for image_size in (size, other_size):
+        by_timm = timm.create_model(f"hf-hub:timm/{tag}", pretrained=True, img_size=image_size)
+        model = keras_vit.create_model(f"hf-hub:timm/{tag}", pretrained=True, image_size=image_size)
+        assert model.count_params() == sum(p.numel() for p in by_timm.parameters())
+        pixels = _pixels(image_size)
+        expected = _timm_outputs(by_timm, pixels)
+        outputs = np.asarray(model(pixels))
+        assert outputs.shape == expected.shape
+        difference = np.abs(outputs - expected).max()
+        record_parity(f"timm {tag.split('.')[0]} (tiny; {name}), {image_size} px", difference, 1e-4)
+        assert difference < 1e-4
+
+
+def test_a_tag_without_a_classifier_gives_embeddings_and_num_classes_a_new_head(kind, hub_cache):
+    _, tag, _, _, reference = kind
+    model = keras_vit.create_model(f"hf-hub:timm/{tag}", pretrained=True, num_classes=3)
+    assert model.num_classes == 3 and model.class_names is None
+    assert np.asarray(model(_pixels(model.image_size[0]))).shape[-1] == 3
+    if reference.num_classes == 0:
+        assert not keras_vit.create_model(f"hf-hub:timm/{tag}", pretrained=True).include_top
+
+
+def test_each_kind_survives_a_keras_round_trip(kind, hub_cache, tmp_path):
+    _, tag, _, _, _ = kind
+    model = keras_vit.create_model(f"hf-hub:timm/{tag}", pretrained=True)
+    path = tmp_path / "model.keras"
+    model.save(path)
+    restored = keras.models.load_model(path)
+    assert restored.get_config() == model.get_config()
+    pixels = _pixels(model.image_size[0], seed=1)
+    np.testing.assert_array_equal(np.asarray(restored(pixels)), np.asarray(model(pixels)))
+
+
+@pytest.mark.parametrize(
+    "parts",
+    [
+        dict(pre_norm=True, activation="quick_gelu", layer_norm_epsilon=1e-5),  # CLIP
+        dict(class_token=False, pooling="map", activation="gelu_tanh"),  # SigLIP(2)
+        dict(mlp="swiglu_packed", activation="silu", layer_scale=1e-5, register_tokens=4),  # DINOv2-g
+        dict(
+            mlp="swiglu", qkv_bias=False, proj_bias=False, final_norm=False, pooling="gap", class_token=False
+        ),
+    ],
+    ids=["clip", "siglip", "dinov2-g", "swiglu"],
+)
+def test_each_part_exports_to_tflite_with_builtin_ops_only_and_the_same_outputs(parts):
+    from ai_edge_litert.interpreter import Interpreter
+
+    from keras_vit.export import tflite
+    from keras_vit.inference.classifier import load_classifier
+
+    model = keras_vit.ViT(
+        image_size=32, patch_size=8, hidden_dim=32, depth=1, num_heads=2, mlp_dim=64, num_classes=5, **parts
+    )
+    flatbuffer = tflite.convert(load_classifier(model), "fp32")  # raises on a Flex or custom op
+    pixels = _pixels(32, seed=2)[:1]
+    expected = keras.ops.convert_to_numpy(keras.ops.softmax(model(pixels)))
+    interpreter = Interpreter(model_content=flatbuffer)
+    interpreter.allocate_tensors()
+    interpreter.set_tensor(interpreter.get_input_details()[0]["index"], pixels)
+    interpreter.invoke()
+    outputs = interpreter.get_tensor(interpreter.get_output_details()[0]["index"])
+    np.testing.assert_allclose(outputs, expected, atol=1e-5)
+
+
+# keras-vit resolved this many of timm 1.0.31's pretrained ViT tags when the coverage script was
+# written (scripts/timm_coverage.py); a change that resolves fewer fails here.
+RESOLVED_AT_LEAST = 278
+
+
+def test_the_tags_keras_vit_resolves_by_name_do_not_drop_and_each_other_one_has_a_reason():
+    import importlib.util
+    import os
+
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "scripts", "timm_coverage.py")
+    spec = importlib.util.spec_from_file_location("timm_coverage", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    result = script.coverage()
+    assert result["table_timm_version"] == result["timm_version"] == timm.__version__
+    assert result["resolved"] >= RESOLVED_AT_LEAST
+    assert all(result["unresolved"].values())
+    for _, tag, _, _ in KINDS:
+        assert tag not in result["unresolved"]
+        assert keras_vit.model.pretrained.is_pretrained_name(tag)
+
+
+def test_each_kind_publishes_for_timm_with_the_same_outputs(kind, hub_cache, tmp_path):
+    """`save_pretrained` writes the architecture and the model_args that timm builds it from."""
+    _, tag, _, _, reference = kind
+    model = keras_vit.create_model(f"hf-hub:timm/{tag}", pretrained=True)
+    assert model.license == reference.pretrained_cfg["license"]  # carried, as the normalisation is
+    folder = pathlib.Path(keras_vit.save_pretrained(model, tmp_path / "published"))
+    assert json.loads((folder / "config.json").read_text())["pretrained_cfg"]["license"] == model.license
+    by_timm = timm.create_model(f"local-dir:{folder}", pretrained=True)
+    pixels = _pixels(model.image_size[0], seed=3)
+    assert np.abs(_timm_outputs(by_timm, pixels) - np.asarray(model(pixels))).max() < 1e-4
+
+
+def test_each_kinds_block_features_are_timms(kind, hub_cache):
+    """`forward_intermediates`' patch tokens of every block (CLIP's norm_pre before the first)."""
+    from keras_vit.model.features import intermediates
+
+    _, tag, _, _, reference = kind
+    model = keras_vit.create_model(f"hf-hub:timm/{tag}", pretrained=True)
+    pixels = _pixels(model.image_size[0], seed=4)
+    config = reference.pretrained_cfg
+    x = torch.from_numpy(
+        ((pixels / 255 - np.array(config["mean"])) / np.array(config["std"])).transpose(0, 3, 1, 2)
+    )
+    with torch.no_grad():
+        expected = reference.eval().forward_intermediates(
+            x.float(), indices=[0, 1], norm=True, output_fmt="NLC", intermediates_only=True
+        )
+    ours = intermediates(model, pixels, indices=[0, 1], norm=True, output="tokens")
+    for mine, theirs in zip(ours, expected, strict=True):
+        assert np.abs(np.asarray(mine) - theirs.numpy()).max() < 1e-4
+
+
+@pytest.mark.parametrize(
+    "arguments, message",
+    [
+        (dict(pooling="avg"), r"pooling must be one of 'token', 'gap', 'map', 'none', got 'avg'"),
+        (dict(activation="relu"), r"activation must be one of 'gelu', 'gelu_tanh', 'quick_gelu', 'silu'"),
+        (dict(mlp="glu"), r"mlp must be one of 'mlp', 'swiglu', 'swiglu_packed', got 'glu'"),
+        (dict(mlp="swiglu_packed", mlp_dim=63), r"halves fc1's 63 outputs: give an even mlp_dim"),
+        (dict(pooling="token", class_token=False), r"set class_token=True or pooling='gap'"),
+    ],
+)
+def test_a_wrong_part_is_a_value_error_naming_it_and_the_choices(arguments, message):
+    with pytest.raises(ValueError, match=message):
+        keras_vit.ViT(
+            **dict(dict(image_size=32, patch_size=8, hidden_dim=32, depth=1, num_heads=2), **arguments)
+        )
+
+
+@pytest.mark.parametrize(
+    "model_args, message",
+    [
+        (dict(qk_norm=True), r"timm arguments keras-vit does not have \(qk_norm\)"),
+        (dict(global_pool="avgmax"), r"takes global_pool='avgmax'; keras-vit has 'token', 'avg', 'map', ''"),
+        (dict(act_layer="relu"), r"takes act_layer='relu'"),
+    ],
+)
+def test_a_timm_repo_with_a_part_keras_vit_lacks_is_one_clear_error(model_args, message, hub_cache):
+    reference = timm.create_model("vit_small_patch16_224", pretrained=False, **SMALL, **model_args)
+    folder = HUB.repo_folder("tests/unbuildable")
+    shutil.rmtree(folder, ignore_errors=True)
+    save_for_hf(reference, folder, model_args=dict(SMALL, **model_args))
+    with pytest.raises(ValueError, match=message):
+        keras_vit.create_model("hf-hub:tests/unbuildable", pretrained=True)
+
+
+def test_a_tag_by_name_builds_its_own_architecture_from_a_repo_another_tag_shares(hub_cache, record_parity):
+    """timm's quick_gelu CLIP tags read the repo of the gelu architecture's tag, whose config names
+    that one: by name, the tag's own architecture is built, as timm builds it."""
+    tag = "vit_base_patch32_clip_quickgelu_224.metaclip_2pt5b"
+    repo = keras_vit.model.pretrained.pretrained_table()["tags"][tag]["repo"]
+    assert repo == "timm/vit_base_patch32_clip_224.metaclip_2pt5b"
+    torch.manual_seed(5)
+    shared = timm.create_model(repo.split("/")[1], pretrained=False, **SMALL)
+    folder = HUB.repo_folder(repo)
+    shutil.rmtree(folder, ignore_errors=True)
+    save_for_hf(shared, folder, model_args=SMALL)
+    by_timm = timm.create_model(tag, pretrained=True, **SMALL)
+    model = keras_vit.create_model(tag, pretrained=True)  # the tag's architecture, the repo's model_args
+    assert model.activation == "quick_gelu"
+    pixels = _pixels(224, seed=5)
+    difference = np.abs(np.asarray(model(pixels)) - _timm_outputs(by_timm, pixels)).max()
+    record_parity(f"timm {tag} by name (tiny), from a shared repo", difference, 1e-4)
+    assert difference < 1e-4
+    assert keras_vit.create_model(f"hf-hub:{repo}", pretrained=True).activation == "gelu"
