@@ -50,7 +50,10 @@ def row(folder):
 def main(folders):
     print(f"CPU: {cpu()}; load average when tabulated: {os.getloadavg()[0]:.1f}.")
     print()
-    print("| run | image size | batch | peak lr | epochs run | training minutes | best img/s | best val | test top-1 |")
+    print(
+        "| run | image size | batch | peak lr | epochs run | training minutes | best img/s | best val "
+        "| test top-1 |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     for folder in folders:
         print(row(folder))
