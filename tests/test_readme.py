@@ -276,9 +276,11 @@ COMMANDS = {
     '"$(base64 -w0 cat.jpg)"}]}': Skip("needs the server above"),
     "bash scripts/setup.sh apps": Skip("CI's dev install holds the apps' packages"),
     ".venv/bin/keras-vit app desktop --model "
-    "runs/quickstart-*/exports/vit_nano_patch4_32/export-1/model.tflite": Skip("opens a window (as above)"),
+    "runs/quickstart-*/exports/vit_tiny_patch16_224/export-1/model_attention.tflite": Skip(
+        "opens a window (as above)"
+    ),
     ".venv/bin/keras-vit app mobile --model "
-    "runs/quickstart-*/exports/vit_nano_patch4_32/export-1/model.tflite --host 0.0.0.0 --port 8000": Skip(
+    "runs/quickstart-*/exports/vit_tiny_patch16_224/export-1/model_int8.tflite --host 0.0.0.0 --port 8000": Skip(
         "serves until stopped (as above)"
     ),
 }
