@@ -280,9 +280,8 @@ COMMANDS = {
         "opens a window (as above)"
     ),
     ".venv/bin/keras-vit app mobile --model "
-    "runs/quickstart-*/exports/vit_tiny_patch16_224/export-1/model_int8.tflite --host 0.0.0.0 --port 8000": Skip(
-        "serves until stopped (as above)"
-    ),
+    "runs/quickstart-*/exports/vit_tiny_patch16_224/export-1/model_int8.tflite "
+    "--host 0.0.0.0 --port 8000": Skip("serves until stopped (as above)"),
 }
 
 # Blocks that are not code: what they list must be true.
