@@ -246,3 +246,22 @@ def test_a_tag_by_name_builds_its_own_architecture_from_a_repo_another_tag_share
     record_parity(f"timm {tag} by name (tiny), from a shared repo", difference, 1e-4)
     assert difference < 1e-4
     assert keras_vit.create_model(f"hf-hub:{repo}", pretrained=True).activation == "gelu"
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["vit_base_patch16_siglip_224", "vit_base_patch16_clip_quickgelu_224", "vit_giant_patch14_dinov2"],
+)
+def test_each_kinds_parameters_and_forward_flops_equal_timms(name):
+    """Counted on timm's full-size model on PyTorch's meta device (shapes only): the attention
+    pooling, pre-norm and SwiGLU included."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with torch.device("meta"):
+        model = timm.create_model(name, pretrained=False, num_classes=1000).eval()
+    size = keras_vit.model.vit.configs.MODEL_CONFIGS[name]["image_size"]
+    counter = FlopCounterMode(display=False)
+    with torch.device("meta"), counter:  # no no_grad: the pooling's latent query needs its graph
+        model(torch.empty(1, 3, size, size))
+    assert keras_vit.parameter_count(name) == sum(p.numel() for p in model.parameters())
+    assert keras_vit.forward_flops(name) == counter.get_total_flops()
