@@ -62,9 +62,9 @@ def kind(request):
     torch.manual_seed(0)
     reference = timm.create_model(tag, pretrained=False, **model_args)
     with torch.no_grad():  # random LayerScale, latent and norms, so each weight shows in the outputs
-        for name, parameter in reference.named_parameters():
-            if name.endswith(("gamma", "latent")) or "norm" in name:
-                parameter.copy_(torch.randn_like(parameter) * 0.5 + (1 if "weight" in name else 0))
+        for key, parameter in reference.named_parameters():
+            if key.endswith(("gamma", "latent")) or "norm" in key:
+                parameter.copy_(torch.randn_like(parameter) * 0.5 + (1 if "weight" in key else 0))
     folder = HUB.repo_folder(f"timm/{tag}")
     shutil.rmtree(folder, ignore_errors=True)
     save_for_hf(reference, folder, model_args=model_args)
