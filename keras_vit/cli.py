@@ -45,12 +45,13 @@ def _models(args):
         print(json.dumps(rows, indent=2))
         return 0
     columns = ("size", "patch", "width", "depth", "heads")
-    header = f"{'name':<36} " + " ".join(f"{c:>5}" for c in columns) + f" {'params':>13} {'GFLOPs':>8}"
+    wide = max(36, *(len(r["name"]) for r in rows))
+    header = f"{'name':<{wide}} " + " ".join(f"{c:>5}" for c in columns) + f" {'params':>13} {'GFLOPs':>8}"
     print(header)
     print("-" * len(header))
     for r in rows:
         print(
-            f"{r['name']:<36} {r['image_size']:>5} {r['patch_size']:>5} {r['hidden_dim']:>5} "
+            f"{r['name']:<{wide}} {r['image_size']:>5} {r['patch_size']:>5} {r['hidden_dim']:>5} "
             f"{r['depth']:>5} {r['num_heads']:>5} {r['params']:>13,} {r['gflops']:>8.2f}"
         )
     classes = 1000 if args.num_classes is None else args.num_classes
@@ -126,14 +127,16 @@ def _pretrained_models(args):
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
-    header = f"{'name':<52} {'size':>9} {'labels':<18} {'params':>13}  {'cached':<6}  licence"
+    wide = max(52, *(len(r["name"]) + 2 for r in rows))
+    header = f"{'name':<{wide}} {'size':>9} {'labels':<18} {'params':>13}  {'cached':<6}  licence"
     print(header)
     print("-" * len(header))
     for r in rows:
         size = "x".join(str(side) for side in r["image_size"])
         labels = r["label_set"] or "features only"
+        name = r["name"] + (" *" if r["default"] else "")
         print(
-            f"{r['name'] + (' *' if r['default'] else ''):<52} {size:>9} {labels:<18} {r['params']:>13,}  "
+            f"{name:<{wide}} {size:>9} {labels:<18} {r['params']:>13,}  "
             f"{'yes' if r['cached'] else '':<6}  {r['license'] or ''}"
         )
     print(

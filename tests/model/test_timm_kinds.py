@@ -62,9 +62,9 @@ def kind(request):
     torch.manual_seed(0)
     reference = timm.create_model(tag, pretrained=False, **model_args)
     with torch.no_grad():  # random LayerScale, latent and norms, so each weight shows in the outputs
-        for name, parameter in reference.named_parameters():
-            if name.endswith(("gamma", "latent")) or "norm" in name:
-                parameter.copy_(torch.randn_like(parameter) * 0.5 + (1 if "weight" in name else 0))
+        for key, parameter in reference.named_parameters():
+            if key.endswith(("gamma", "latent")) or "norm" in key:
+                parameter.copy_(torch.randn_like(parameter) * 0.5 + (1 if "weight" in key else 0))
     folder = HUB.repo_folder(f"timm/{tag}")
     shutil.rmtree(folder, ignore_errors=True)
     save_for_hf(reference, folder, model_args=model_args)
@@ -246,3 +246,22 @@ def test_a_tag_by_name_builds_its_own_architecture_from_a_repo_another_tag_share
     record_parity(f"timm {tag} by name (tiny), from a shared repo", difference, 1e-4)
     assert difference < 1e-4
     assert keras_vit.create_model(f"hf-hub:{repo}", pretrained=True).activation == "gelu"
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["vit_base_patch16_siglip_224", "vit_base_patch16_clip_quickgelu_224", "vit_giant_patch14_dinov2"],
+)
+def test_each_kinds_parameters_and_forward_flops_equal_timms(name):
+    """Counted on timm's full-size model on PyTorch's meta device (shapes only): the attention
+    pooling, pre-norm and SwiGLU included."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with torch.device("meta"):
+        model = timm.create_model(name, pretrained=False, num_classes=1000).eval()
+    size = keras_vit.model.vit.configs.MODEL_CONFIGS[name]["image_size"]
+    counter = FlopCounterMode(display=False)
+    with torch.device("meta"), counter:  # no no_grad: the pooling's latent query needs its graph
+        model(torch.empty(1, 3, size, size))
+    assert keras_vit.parameter_count(name) == sum(p.numel() for p in model.parameters())
+    assert keras_vit.forward_flops(name) == counter.get_total_flops()

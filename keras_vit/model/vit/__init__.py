@@ -1,7 +1,9 @@
-"""The ViT family: ViT, DeiT, DeiT III, registers and timm's gap ViTs.
+"""The ViT family: ViT, DeiT, DeiT III, registers, timm's gap ViTs, CLIP, SigLIP, DINOv2 and every
+other entry point of timm's `vision_transformer` and `deit` modules whose parts it has.
 
     model.py (ViT, resize_model, distilled_heads), architecture.py (its arguments), configs.py
-    (the named configs), layers.py, checkpoint.py (timm, transformers and .npz keys),
+    (the named configs: keras-vit's own and timm's entry points), timm_args.py (timm's keyword
+    arguments as a ViT's), layers.py, checkpoint.py (timm, transformers and .npz keys),
     complexity.py, pos_embed.py, attention.py (attention maps and rollout), features.py
 
 `FAMILY` is what the rest of keras-vit asks (`keras_vit.model.family`). This module imports no
