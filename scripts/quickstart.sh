@@ -1,22 +1,25 @@
 #!/usr/bin/env bash
-# The main job on a fresh machine, the worked example: install keras-vit, load a pretrained ViT-Ti
-# (timm's vit_tiny_patch16_224.augreg_in21k_ft_in1k: from the hub, or the copy shipped inside
-# keras-vit when the hub cannot be reached), give it CIFAR-10's ten classes, fine-tune it on the
-# embedded cifar10-mini (3,000 real CIFAR-10 images, no download) with the `finetune` recipe and
-# early stopping on the CPU, evaluate it on the 500 held-out test images, export it (TF Serving
-# SavedModel, TFLite fp32 and int8 with MediaPipe metadata, ONNX), verify every export against
-# Keras on those images, and print the command that opens the result in the apps.
+# The main job on a fresh machine, the worked example: install keras-vit, load a pretrained
+# ViT-Ti (timm's vit_tiny_patch16_224.augreg_in21k_ft_in1k: from the hub, or the copy shipped
+# inside keras-vit when the hub cannot be reached), give it CIFAR-10's ten classes, fine-tune it
+# on the embedded cifar10-mini (3,000 real CIFAR-10 images, no download) with the `finetune`
+# recipe and early stopping on the CPU, evaluate it on the 500 held-out test images, export it
+# (TF Serving SavedModel, TFLite fp32, fp16, dynamic-range and int8 with MediaPipe metadata, the
+# attention model, ONNX), verify every export against Keras on those images, and print the
+# command that opens the result in the apps.
 #
 # Its settings were chosen by measurement on 2 CPU cores: docs/benchmarks/quickstart.md.
-# The tests run it on a few images: QUICKSTART_TRAIN, QUICKSTART_VERIFY_IMAGES and QUICKSTART_QUANTIZE
-# replace those settings (a model of two steps has near-tied classes, which int8 reorders), QUICKSTART_RUNS the runs/ folder, QUICKSTART_SKIP_SETUP=1 keeps the test suite's .venv.
+# The tests run it on a few images: QUICKSTART_TRAIN, QUICKSTART_VERIFY_IMAGES and
+# QUICKSTART_QUANTIZE replace those settings (a model of two steps has near-tied classes, which
+# quantisation reorders), QUICKSTART_RUNS the runs/ folder, QUICKSTART_SKIP_SETUP=1 keeps the
+# test suite's .venv.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ "${QUICKSTART_SKIP_SETUP:-0}" = 1 ] || bash scripts/setup.sh export
 export KERAS_BACKEND=tensorflow TF_CPP_MIN_LOG_LEVEL=3
 train_settings=${QUICKSTART_TRAIN:-"--image-size 112 --epochs 6 --batch-size 64 --early-stopping 2"}
 verify_images=${QUICKSTART_VERIFY_IMAGES:-500}
-quantize=${QUICKSTART_QUANTIZE:-int8}
+quantize=${QUICKSTART_QUANTIZE:-fp16,dynamic,int8}
 run="${QUICKSTART_RUNS:-runs}/quickstart-$(date +%Y%m%d-%H%M%S)"
 # shellcheck disable=SC2086  # the settings are words
 .venv/bin/keras-vit train --weights vit_tiny_patch16_224 --preset finetune $train_settings --output "$run"
