@@ -231,10 +231,16 @@ def test_the_phone_names_real_photos_as_litert_does(real_export, photos, phone, 
             top5 = [runner.class_names.index(p["name"]) for p in result["predictions"]]
             if variant == "fp32":
                 assert result["predictions"][0]["name"] == _imagenet_class(wnid), result["predictions"]
-            # LiteRT's top 5, up to classes that its output's quantisation steps apart may swap.
-            scale = runner.output_details["quantization"][0]
-            tolerance = 2 * scale + 1e-6 if scale else 1e-5
-            assert np.abs(expected[top5] - np.sort(expected)[::-1][:5]).max() <= tolerance, photo
+            # LiteRT's top 5, up to classes that the two runtimes' rounding may swap. fp32: none.
+            # int8's output is float, and its head is a dynamic-range FULLY_CONNECTED: its input is
+            # quantised at run time, which LiteRT.js's XNNPACK (WebAssembly) and LiteRT's x86
+            # kernels round apart, moving a probability by a few percent of itself (a church
+            # photo's 4th and 5th classes, 0.0061 and 0.0063, swapped): classes within 10% of
+            # each other may trade places, and the top 1 must stay.
+            ranked = np.sort(expected)[::-1][:5]
+            tolerance = 1e-5 if variant == "fp32" else 0.1 * ranked
+            assert top5[0] == int(np.argmax(expected)), photo
+            assert np.all(np.abs(expected[top5] - ranked) <= tolerance), photo
     finally:
         context.close()
         httpd.shutdown()
