@@ -119,6 +119,12 @@ class TrainConfig:
         "the distillation head's share of the loss with --teacher (DeiT's hard distillation)", metavar="W"
     )
     freeze_backbone: bool = setting("train the head only (linear probe)", False)
+    freeze_blocks: int = setting(
+        "partial fine-tuning: the stem and the first N blocks keep their starting weights, the later "
+        "blocks and the head train (fewer gradients: faster steps); 0 is off",
+        0,
+        metavar="N",
+    )
     early_stopping: int | None = setting(
         "stop after N epochs without a better validation accuracy (the saved model is the best epoch's)",
         metavar="N",
@@ -193,6 +199,8 @@ class TrainConfig:
             raise ValueError(f"ema is a momentum in [0, 1) (0 is off), got {self.ema}.")
         if self.lora_rank is not None and self.lora_rank < 1:
             raise ValueError(f"lora_rank must be at least 1, got {self.lora_rank}.")
+        if self.freeze_blocks < 0:
+            raise ValueError(f"freeze_blocks must not be negative, got {self.freeze_blocks}.")
         if self.model_parallel < 1:
             raise ValueError(f"model_parallel must be at least 1, got {self.model_parallel}.")
         if not 0 < self.crop_min_scale <= 1:
@@ -232,10 +240,12 @@ class TrainConfig:
             )
 
     def _check_lora(self):
+        choices = [flag for flag, on in (("--lora-rank", self.lora_rank), ("--freeze-backbone",
+                   self.freeze_backbone), ("--freeze-blocks", self.freeze_blocks)) if on]  # fmt: skip
+        if len(choices) > 1:
+            raise ValueError(f"{' and '.join(choices)} each choose what trains: give one.")
         if not self.lora_rank:
             return
-        if self.freeze_backbone:
-            raise ValueError("--lora-rank and --freeze-backbone both choose what trains: give one.")
         check_lora_targets(registry.family_named(self.model), self.lora_target_names)
 
     @property

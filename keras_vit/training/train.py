@@ -81,11 +81,28 @@ def build_model(config, num_classes, class_names):
     if config.freeze_backbone:
         for layer in model.layers:
             layer.trainable = layer.name in family.head_layers
+    if config.freeze_blocks:
+        freeze_first_blocks(model, family, config.freeze_blocks)
     if config.lora_rank:
         lora.enable_lora(model, config.lora_rank, config.lora_target_names)
     for name in family.block_names(model.get_config()) if config.remat else ():
         model.get_layer(name).rematerialise = True  # recomputed in the backward pass
     return model
+
+
+def freeze_first_blocks(model, family, count):
+    """Partial fine-tuning: the stem and the first `count` blocks stop training, by the family's
+    layer groups (timm's `group_matcher`: group 0 the stem, group i block i - 1)."""
+    groups, group_count = family.layer_groups(model)
+    blocks = group_count - 1
+    if count >= blocks:
+        raise ValueError(
+            f"--freeze-blocks {count} leaves no block to train: {model.name} has {blocks}; give fewer, "
+            f"or --freeze-backbone to train the head alone."
+        )
+    for name, group in groups.items():
+        if group <= count:
+            model.get_layer(name).trainable = False
 
 
 def _optimizer(config, total_steps, warmup_steps, model):

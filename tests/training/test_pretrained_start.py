@@ -79,3 +79,46 @@ def test_train_from_a_transformers_repo_builds_the_nearest_architecture_with_its
     names = ("layers.1.attention.q_proj.weight", "layer.1.attention.attention.query.weight")  # 5.x, 4.x
     query = next(value for key, value in state.items() if key.endswith(names)).numpy()
     np.testing.assert_allclose(kernel[:, :32], query.T, atol=1e-6)  # the frozen backbone is the repo's
+
+
+def test_freeze_blocks_trains_the_later_blocks_and_keeps_the_stem_and_first_ones(
+    colors_dataset, hub_cache, tmp_path, capsys
+):
+    """Partial fine-tuning: `--freeze-blocks 1` of a 2-block ViT keeps the patch embedding (its
+    class token and position embeddings too) and block 0 as loaded, and trains block 1 and the head;
+    freezing every block is refused in one line, before a run folder is written."""
+    torch.manual_seed(1)
+    reference = timm.create_model(
+        "vit_small_patch16_224", pretrained=False, num_classes=5, img_size=32, patch_size=4, embed_dim=32,
+        depth=2, num_heads=4, mlp_ratio=2.0,
+    )  # fmt: skip
+    save_for_hf(reference, HUB.repo_folder("tests/partly-frozen"), safe_serialization=True)
+    argv = _two_frozen_steps(colors_dataset, "hf-hub:tests/partly-frozen", tmp_path / "run")
+    argv = [*argv[:-2], "--learning-rate", "1e-2", "--freeze-blocks", "1", "--no-jit-compile"]
+    assert main(argv) == 0
+    weights = {w.path: np.asarray(w) for w in load_trained_model(tmp_path / "run").weights}
+    state = {key: value.numpy() for key, value in reference.state_dict().items()}
+    np.testing.assert_array_equal(
+        weights["block_0/attention/qkv/kernel"], state["blocks.0.attn.qkv.weight"].T
+    )
+    np.testing.assert_array_equal(weights["block_0/fc2/kernel"], state["blocks.0.mlp.fc2.weight"].T)
+    frozen_stem = [path for path in weights if path.startswith("patch_encoder/")]
+    assert frozen_stem and all("cls" in p or "pos" in p or "projection" in p for p in frozen_stem), (
+        frozen_stem
+    )
+    np.testing.assert_array_equal(
+        weights["patch_encoder/projection/kernel"], state["patch_embed.proj.weight"].transpose(2, 3, 1, 0)
+    )
+    for ours, timms in (
+        ("block_1/attention/qkv/kernel", "blocks.1.attn.qkv.weight"),
+        ("block_1/fc2/kernel", "blocks.1.mlp.fc2.weight"),
+    ):
+        assert not np.allclose(weights[ours], state[timms].T), ours
+
+    capsys.readouterr()
+    argv = _two_frozen_steps(colors_dataset, "hf-hub:tests/partly-frozen", tmp_path / "all-frozen")
+    argv = [*argv[:-2], "--freeze-blocks", "2"]
+    assert main(argv) == 1
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "--freeze-blocks 2 leaves no block to train" in line and "--freeze-backbone" in line, line
+    assert not (tmp_path / "all-frozen").exists()
