@@ -5,7 +5,8 @@
 Each RUN is a folder `keras-vit train` wrote (then `keras-vit evaluate RUN --split test`, for
 the test column). A row gives the run's image size, batch, peak learning rate, epochs run,
 minutes of training (its epochs' wall time, validation included), the fastest epoch's images/s,
-the best validation accuracy and the test top-1. The CPU is `lscpu`'s model name and the flags
+the best validation accuracy, the test top-1, and the rest of the recipe (warmup epochs, layer
+decay, smallest crop, stochastic depth, frozen blocks, XLA). The CPU is `lscpu`'s model name and the flags
 that decide a speed here (AVX-512, VNNI, AMX); the load average says how busy the machine was
 when the table was made (the runs themselves record none).
 """
@@ -29,6 +30,20 @@ def cpu():
     return f"{info.get('model name', 'unknown')}, {os.cpu_count()} cores ({', '.join(named) or 'AVX2 only'})"
 
 
+def recipe(config):
+    """The settings the quickstart's runs varied beyond the table's own columns."""
+    parts = [
+        f"warmup {config['warmup_epochs']:g}",
+        f"layer decay {config['layer_decay']:g}",
+        f"crop {config['crop_min_scale']:g}",
+        f"drop path {config['drop_path_rate']:g}",
+    ]
+    if config.get("freeze_blocks"):
+        parts.append(f"{config['freeze_blocks']} blocks frozen")
+    parts.append("XLA" if config["jit_compile"] else "no XLA")
+    return ", ".join(parts)
+
+
 def row(folder):
     with open(os.path.join(folder, "history.json")) as f:
         run = json.load(f)
@@ -43,7 +58,7 @@ def row(folder):
         f"{config['learning_rate']:g} | {len(history['loss'])} | {minutes:.1f} | "
         f"{max(history['images_per_second']):.1f} | {run['best_val_accuracy']:.2%} | "
         + (f"{test:.2%}" if test is not None else "-")
-        + " |"
+        + f" | {recipe(config)} |"
     )
 
 
@@ -52,9 +67,9 @@ def main(folders):
     print()
     print(
         "| run | image size | batch | peak lr | epochs run | training minutes | best img/s | best val "
-        "| test top-1 |"
+        "| test top-1 | recipe |"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for folder in folders:
         print(row(folder))
 
