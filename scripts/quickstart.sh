@@ -19,8 +19,8 @@ cd "$(dirname "$0")/.."
 export KERAS_BACKEND=tensorflow TF_CPP_MIN_LOG_LEVEL=3
 # A short fine-tune on 2,700 images: a larger step with layer decay, a half-epoch warmup, lighter
 # crops and no stochastic depth than the recipe's defaults, and no XLA (its compile costs more
-# than it saves in 4 epochs); docs/benchmarks/quickstart.md has the settings tried.
-train_settings=${QUICKSTART_TRAIN:-"--image-size 112 --epochs 4 --batch-size 64 --early-stopping 2 \
+# than it saves in 3 epochs); docs/benchmarks/quickstart.md has the settings tried.
+train_settings=${QUICKSTART_TRAIN:-"--image-size 128 --epochs 3 --batch-size 64 --early-stopping 2 \
     --learning-rate 3e-4 --layer-decay 0.75 --warmup-epochs 0.5 --crop-min-scale 0.6 --drop-path-rate 0 \
     --no-jit-compile"}
 verify_images=${QUICKSTART_VERIFY_IMAGES:-500}
