@@ -235,6 +235,12 @@ def _as_input(image, dtype):
     return np.asarray(image, np.float32)[None]
 
 
+def needs_ranges(rules):
+    """Whether `rules` quantise any activation statically, from calibrated ranges (a recipe of
+    dynamic-range and float ops needs none)."""
+    return any(rule.activation_bits not in (None, DYNAMIC) for rule in rules)
+
+
 def quantize(float_model, rules, ranges):
     """The flatbuffer of `float_model` quantised by `rules`, with the `ranges` from `calibrate`
     (`None` when every quantising rule is `DYNAMIC`)."""

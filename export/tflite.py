@@ -8,6 +8,7 @@ ops are allowed: a Flex or custom op fails the export, naming the op.
 """
 
 import contextlib
+import functools
 import logging
 import tempfile
 
@@ -83,9 +84,15 @@ class Calibration:
         if representative_images is None or len(representative_images) == 0:
             raise ValueError("Integer TFLite variants need representative images from the training data.")
         self.float_model = convert(classifier, "fp32", input_dtype=int8_input)
-        self.ranges = quantize.calibrate(self.float_model, representative_images, int8_input)
         self.representative_images = representative_images
         self.int8_input = int8_input
+
+    @functools.cached_property
+    def ranges(self):
+        """Each tensor's range over the representative images; measured (the float model run on
+        every image, each tensor kept: the export's slowest step) only for a recipe with static
+        activations."""
+        return quantize.calibrate(self.float_model, self.representative_images, self.int8_input)
 
 
 def convert(classifier, variant, calibration=None, input_dtype="float32"):
@@ -109,9 +116,9 @@ def convert(classifier, variant, calibration=None, input_dtype="float32"):
         float_model = _convert_from_saved_model(classifier, "fp32", None, input_dtype)
         flatbuffer = quantize.quantize(float_model, _recipe(classifier, variant), None)
     elif variant in quantize.RECIPE_VARIANTS:
-        flatbuffer = quantize.quantize(
-            calibration.float_model, _recipe(classifier, variant), calibration.ranges
-        )
+        rules = _recipe(classifier, variant)
+        ranges = calibration.ranges if quantize.needs_ranges(rules) else None
+        flatbuffer = quantize.quantize(calibration.float_model, rules, ranges)
     else:
         flatbuffer = _convert_from_saved_model(classifier, variant, calibration, input_dtype)
     check_builtin_ops(flatbuffer)

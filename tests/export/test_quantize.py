@@ -357,3 +357,24 @@ def test_the_strict_variant_takes_the_pixel_bytes_whatever_range_calibration_saw
     flatbuffer = tflite.convert(classifier, "int8_strict", tflite.Calibration(classifier, images))
     given = Interpreter(model_content=flatbuffer).get_input_details()[0]
     assert given["dtype"] == np.uint8 and given["quantization"] == (1.0, 0)
+
+
+def test_a_recipe_of_dynamic_range_ops_needs_no_calibrated_ranges(classifier, monkeypatch):
+    """`int8` and `dynamic` quantise activations at run time, so their export skips calibration
+    (running the float model on every representative image, each tensor kept: the slowest step);
+    `int16x8`'s static activations need the ranges."""
+    recipes = quantize.recipes(VIT)
+    assert not quantize.needs_ranges(recipes["int8"]) and not quantize.needs_ranges(recipes["dynamic"])
+    assert quantize.needs_ranges(recipes["int16x8"])
+    images = np.random.default_rng(2).uniform(0, 255, (4, 32, 32, 3)).astype(np.float32)
+    calibration = tflite.Calibration(classifier, images, "uint8")
+    with_ranges = quantize.quantize(calibration.float_model, recipes["int8"], calibration.ranges)
+
+    def no_calibration(*args):
+        raise AssertionError("int8 calibrated ranges it does not use")
+
+    monkeypatch.setattr(quantize, "calibrate", no_calibration)
+    uncalibrated = tflite.Calibration(classifier, images, "uint8")
+    assert tflite.convert(classifier, "int8", uncalibrated) == with_ranges
+    with pytest.raises(AssertionError, match="does not use"):
+        tflite.convert(classifier, "int16x8", uncalibrated)
