@@ -14,10 +14,11 @@ Keras-free until a model is built: `keras-vit models` reads the configs without 
 
 from keras_vit.model import family as family_module
 from keras_vit.model import pretrained as hub_models
+from keras_vit.model.eva import FAMILY as EVA
 from keras_vit.model.swin import FAMILY as SWIN
 from keras_vit.model.vit import FAMILY as VIT
 
-FAMILIES = {family.name: family for family in (VIT, SWIN)}
+FAMILIES = {family.name: family for family in (VIT, SWIN, EVA)}
 _REQUIRED = object()
 # Keras' own arguments, which every family's model takes besides its architecture's.
 KERAS_ARGUMENTS = ("dtype", "name", "trainable")
