@@ -1,0 +1,171 @@
+"""The Eva family (timm's `eva` module) against timm itself: a tiny random instance of each kind,
+built by timm from a real tag's entry point, written with `save_for_hf` and served by the
+stand-in hub as `hf-hub:timm/<tag>` (conftest), loaded by timm and by keras-vit, outputs compared
+at the tag's size and at another (rotary tables recomputed, absolute embeddings resampled)."""
+
+import shutil
+
+import keras
+import numpy as np
+import pytest
+import timm
+import torch
+from conftest import HUB
+from timm.models import save_for_hf
+
+import keras_vit
+
+# Tiny: 2 blocks of width 64, 2 heads (a head of 32: rotary pairs in 4 bands per axis).
+SMALL = dict(depth=2, embed_dim=64, num_heads=2)
+# (kind, timm tag, model_args beyond SMALL, another image size). The parts each kind brings:
+KINDS = [
+    # EVA02: axial RoPE (interleaved pairs, rescaled to a 16x16 grid), packed SwiGLU.
+    ("eva02", "eva02_tiny_patch14_224.mim_in22k", {}, 168),
+    # EVA02-B: separate q/k/v (k without bias), SwiGLU with its sub-LN, a classifier.
+    ("eva02 sub-LN", "eva02_base_patch14_448.mim_in22k_ft_in22k_in1k", {}, 224),
+    # EVA02-CLIP: the attention's own sub-LN, [cls] pooling.
+    ("eva02-clip", "eva02_base_patch16_clip_224.merged2b", {}, 160),
+    # EVA02-CLIP-E: post-norm blocks, no rotary embedding.
+    ("eva02-clip post-norm", "eva02_enormous_patch14_clip_224.laion2b", {}, 168),
+    # EVA-01: absolute positions only, mean pooling with fc_norm.
+    ("eva-01", "eva_giant_patch14_224.clip_ft_in1k", {}, 168),
+    # DINOv3: its own RoPE (centred coordinates, halves), 4 registers, LayerScale, no qkv bias.
+    ("dinov3", "vit_small_patch16_dinov3.lvd1689m", {}, 160),
+    ("dinov3 qkvb", "vit_small_patch16_dinov3_qkvb.lvd1689m", {}, 160),
+    # Perception Encoder core: pre-norm, RoPE (xy, offset 1), absolute positions, attention pooling.
+    ("pe core", "vit_pe_core_tiny_patch16_384.fb", {}, 256),
+    ("pe lang", "vit_pe_lang_large_patch14_448.fb_tiling", {}, 224),
+    ("pe spatial", "vit_pe_spatial_tiny_patch16_512.fb", {}, 256),
+    # ROPE-ViT: AttentionRope, axial (temperature 100) or mixed (learned frequencies), with APE.
+    ("rope-vit axial", "vit_small_patch16_rope_224.naver_in1k", {}, 160),
+    ("rope-vit mixed", "vit_small_patch16_rope_mixed_224.naver_in1k", {}, 160),
+    ("rope-vit axial ape", "vit_small_patch16_rope_ape_224.naver_in1k", {}, 160),
+    ("rope-vit mixed ape", "vit_small_patch16_rope_mixed_ape_224.naver_in1k", {}, 160),
+    # timm's SBB rope-reg ViTs: no [cls], a register, mean pooling.
+    ("rope-reg gap", "vit_medium_patch16_rope_reg1_gap_256.sbb_in1k", {}, 192),
+    # LingBot: DINOv3's kind with [cls] pooling.
+    ("lingbot", "vit_small_patch16_lingbot.robbyant", {}, 160),
+    # Sapiens2: grouped-query attention (one block of 1 kv head), qk-norm, RmsNorm, 1024x768.
+    ("sapiens2 gqa", "vit_base_patch16_sapiens2.fb", dict(num_kv_heads=(2, 1)), (256, 192)),
+]  # fmt: skip
+
+
+def _pixels(size, seed=0):
+    height, width = (size, size) if isinstance(size, int) else size
+    return np.random.default_rng(seed).uniform(0, 255, (2, height, width, 3)).astype("float32")
+
+
+def _timm_outputs(model, pixels):
+    config = model.pretrained_cfg
+    x = (pixels / 255 - np.array(config["mean"])) / np.array(config["std"])
+    with torch.no_grad():
+        return model.eval()(torch.from_numpy(x.transpose(0, 3, 1, 2)).float()).numpy()
+
+
+@pytest.fixture(scope="module", params=KINDS, ids=[kind for kind, *_ in KINDS])
+def kind(request):
+    """(kind, tag, model_args, other size, timm's tiny model): the repo written once per kind."""
+    name, tag, extra, other_size = request.param
+    model_args = dict(SMALL, **extra)
+    torch.manual_seed(0)
+    reference = timm.create_model(tag, pretrained=False, **model_args)
+    with torch.no_grad():  # random LayerScale, biases, norms and head, so each shows in the outputs
+        for key, parameter in reference.named_parameters():
+            if key.endswith(("gamma_1", "gamma_2", "latent", "q_bias", "v_bias")) or "norm" in key:
+                parameter.copy_(torch.randn_like(parameter) * 0.5 + (1 if "weight" in key else 0))
+            elif key.startswith("head."):
+                parameter.copy_(torch.randn_like(parameter) * 0.2)
+    folder = HUB.repo_folder(f"timm/{tag}")
+    shutil.rmtree(folder, ignore_errors=True)
+    save_for_hf(reference, folder, model_args=model_args)
+    return name, tag, model_args, other_size, reference
+
+
+def test_a_tag_of_each_kind_gives_timms_outputs_at_its_size_and_another(kind, hub_cache, record_parity):
+    name, tag, _, other_size, reference = kind
+    size = tuple(reference.pretrained_cfg["input_size"][1:])
+    for image_size in (size, other_size):
+        by_timm = timm.create_model(f"hf-hub:timm/{tag}", pretrained=True, img_size=image_size)
+        model = keras_vit.create_model(f"hf-hub:timm/{tag}", pretrained=True, image_size=image_size)
+        assert model.count_params() == sum(p.numel() for p in by_timm.parameters())
+        assert keras_vit.parameter_count(model) == model.count_params()
+        pixels = _pixels(image_size)
+        expected = _timm_outputs(by_timm, pixels)
+        outputs = np.asarray(model(pixels))
+        assert outputs.shape == expected.shape
+        difference = np.abs(outputs - expected).max()
+        side = "x".join(map(str, image_size)) if isinstance(image_size, tuple) else image_size
+        record_parity(f"timm {tag.split('.')[0]} (tiny; {name}), {side} px", difference, 1e-4)
+        assert difference < 1e-4
+
+
+def test_each_kind_survives_a_keras_round_trip_and_num_classes_gives_a_new_head(kind, hub_cache, tmp_path):
+    _, tag, _, _, _ = kind
+    model = keras_vit.create_model(f"hf-hub:timm/{tag}", pretrained=True, num_classes=3)
+    assert model.num_classes == 3 and model.class_names is None
+    path = tmp_path / "model.keras"
+    model.save(path)
+    restored = keras.models.load_model(path)
+    assert restored.get_config() == model.get_config()
+    pixels = _pixels(tuple(model.image_size), seed=1)
+    np.testing.assert_array_equal(np.asarray(restored(pixels)), np.asarray(model(pixels)))
+    assert np.asarray(model(pixels)).shape == (2, 3)
+
+
+def test_every_tag_of_timms_eva_module_resolves_by_name():
+    from keras_vit.model.eva.configs import TIMM_UNBUILT
+
+    table = keras_vit.model.pretrained.pretrained_table()["tags"]
+    tags = [tag for name in timm.list_models(module="eva") for tag in timm.list_pretrained(f"{name}.*")]
+    assert len(tags) == 83 and not TIMM_UNBUILT
+    assert all(tag in table for tag in tags)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "eva02_base_patch14_224",
+        "eva02_large_patch14_clip_224",
+        "vit_small_patch16_dinov3",
+        "vit_pe_core_base_patch16_224",
+        "vit_base_patch16_rope_mixed_ape_224",
+        "vit_base_patch16_sapiens2",
+        "vit_7b_patch16_dinov3",
+    ],
+)
+def test_the_analytic_parameter_count_is_timms(name):
+    """On timm's full-size model on PyTorch's meta device (shapes only): the 7B included."""
+    with torch.device("meta"):
+        model = timm.create_model(name, pretrained=False, num_classes=1000)
+    assert keras_vit.parameter_count(name, num_classes=1000) == sum(p.numel() for p in model.parameters())
+
+
+@pytest.mark.parametrize(
+    "parts",
+    [
+        dict(use_rot_pos_emb=True, swiglu_mlp=True, mlp_ratio=8 / 3, ref_feat_shape=(16, 16)),  # EVA02
+        dict(use_rot_pos_emb=True, rope_type="dinov3", rope_rotate_half=True, num_reg_tokens=4,
+             init_values=1e-5, use_abs_pos_emb=False, qkv_bias=False),  # DINOv3
+        dict(use_rot_pos_emb=True, rope_type="mixed", attn_type="rope", rope_grid_indexing="xy",
+             global_pool="token"),  # ROPE-ViT mixed
+    ],
+    ids=["eva02", "dinov3", "rope-mixed"],
+)  # fmt: skip
+def test_each_rotary_kind_exports_to_tflite_with_builtin_ops_only_and_the_same_outputs(parts):
+    from ai_edge_litert.interpreter import Interpreter
+
+    from keras_vit.export import tflite
+    from keras_vit.inference.classifier import load_classifier
+
+    model = keras_vit.Eva(
+        image_size=32, patch_size=8, embed_dim=32, depth=1, num_heads=2, num_classes=5, **parts
+    )
+    flatbuffer = tflite.convert(load_classifier(model), "fp32")  # raises on a Flex or custom op
+    pixels = _pixels(32, seed=2)[:1]
+    expected = keras.ops.convert_to_numpy(keras.ops.softmax(model(pixels)))
+    interpreter = Interpreter(model_content=flatbuffer)
+    interpreter.allocate_tensors()
+    interpreter.set_tensor(interpreter.get_input_details()[0]["index"], pixels)
+    interpreter.invoke()
+    outputs = interpreter.get_tensor(interpreter.get_output_details()[0]["index"])
+    np.testing.assert_allclose(outputs, expected, atol=1e-5)
