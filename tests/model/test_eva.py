@@ -169,3 +169,49 @@ def test_each_rotary_kind_exports_to_tflite_with_builtin_ops_only_and_the_same_o
     interpreter.invoke()
     outputs = interpreter.get_tensor(interpreter.get_output_details()[0]["index"])
     np.testing.assert_allclose(outputs, expected, atol=1e-5)
+
+
+def test_each_kinds_block_features_are_timms(kind, hub_cache):
+    """`forward_intermediates`' patch tokens of every block, through the final norm."""
+    from keras_vit.model.features import intermediates
+
+    _, tag, _, _, reference = kind
+    model = keras_vit.create_model(f"hf-hub:timm/{tag}", pretrained=True)
+    pixels = _pixels(tuple(model.image_size), seed=4)
+    config = reference.pretrained_cfg
+    x = torch.from_numpy(
+        ((pixels / 255 - np.array(config["mean"])) / np.array(config["std"])).transpose(0, 3, 1, 2)
+    )
+    with torch.no_grad():
+        expected = reference.eval().forward_intermediates(
+            x.float(), indices=[0, 1], norm=True, output_fmt="NLC", intermediates_only=True
+        )
+    for mine, theirs in zip(intermediates(model, pixels, indices=[0, 1], norm=True), expected, strict=True):
+        mine = np.asarray(mine).reshape(theirs.shape)
+        assert np.abs(mine - theirs.numpy()).max() < 1e-4
+
+
+def test_the_family_declares_what_training_asks(tmp_path):
+    """Layer-decay groups, weights without decay and LoRA's targets, on a separate-qkv Eva."""
+    from keras_vit.model.registry import family_of
+    from keras_vit.training.optimizers import layer_decay_multipliers
+
+    model = keras_vit.Eva(
+        image_size=32, patch_size=8, embed_dim=32, depth=2, num_heads=2, num_classes=5, qkv_fused=False,
+        swiglu_mlp=True, scale_mlp=True, init_values=1e-5, use_rot_pos_emb=True, rope_type="mixed",
+        attn_type="rope", num_reg_tokens=1,
+    )  # fmt: skip
+    family = family_of(model)
+    multipliers = layer_decay_multipliers(model, 0.5)
+    assert (
+        multipliers["patch_embed"] == 0.5**3 and multipliers["block_1"] == 0.5 and "head" not in multipliers
+    )
+    no_decay = [v.path for v in model.weights if any(name in v.path for name in family.no_weight_decay)]
+    assert {"patch_embed/cls_token", "patch_embed/reg_token", "rope/freqs", "block_0/gamma_1"} <= set(
+        no_decay
+    )
+    assert not [path for path in no_decay if path.endswith("kernel")]
+    keras_vit.enable_lora(model, rank=2, targets=("attention", "mlp"))
+    trainable = {v.path.rsplit("/", 1)[0] for v in model.trainable_weights if "lora" in v.path}
+    # q, k and v projections, the output projection, SwiGLU's two inputs and fc2, in each block
+    assert len(trainable) == 2 * 7 and np.asarray(model(_pixels(32))).shape == (2, 5)

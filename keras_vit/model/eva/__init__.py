@@ -97,8 +97,9 @@ class EvaFamily(Family):
 
     def layer_groups(self, model):
         # timm's group_matcher: the stem (tokens, position embeddings, patch embedding, norm_pre),
-        # then each block, the final norm with the last block; the pooling and head keep the full rate.
-        groups = {"patch_embed": 0, "rope": 0, "norm_pre": 0}
+        # then each block, the final norm with the last block; what it matches not (the pooling,
+        # fc_norm, the head, the mixed rotary embedding's `rope.freqs`) keeps the full rate.
+        groups = {"patch_embed": 0, "norm_pre": 0}
         groups.update({f"block_{i}": i + 1 for i in range(model.depth)})
         groups["norm"] = model.depth
         return groups, model.depth + 1

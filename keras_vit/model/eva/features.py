@@ -21,7 +21,7 @@ def features_model(model, indices=None, norm=False, **unused):
             x = model.get_layer("norm")(x)
         x = x[:, embed.num_prefix_tokens :]
         outputs[f"block_{i}"] = keras.layers.Reshape((rows, cols, model.embed_dim), name=f"grid_{i}")(x)
-    return keras.Model(model.inputs, outputs, name=f"{model.name}_features")
+    return keras.Model(model.input, outputs, name=f"{model.name}_features")
 
 
 def intermediates(model, images, indices=None, norm=False, **unused):
