@@ -215,3 +215,18 @@ def test_the_family_declares_what_training_asks(tmp_path):
     trainable = {v.path.rsplit("/", 1)[0] for v in model.trainable_weights if "lora" in v.path}
     # q, k and v projections, the output projection, SwiGLU's two inputs and fc2, in each block
     assert len(trainable) == 2 * 7 and np.asarray(model(_pixels(32))).shape == (2, 5)
+
+
+@pytest.mark.parametrize("published", ["eva02", "dinov3", "pe core", "rope-vit mixed ape"])
+def test_a_kind_publishes_for_timm_with_the_same_outputs(published, hub_cache, tmp_path):
+    """`save_pretrained` writes the architecture and the model_args that timm builds it from."""
+    _, tag, model_args, _ = next(entry for entry in KINDS if entry[0] == published)
+    torch.manual_seed(6)
+    folder = HUB.repo_folder(f"tests/{tag}")
+    shutil.rmtree(folder, ignore_errors=True)
+    save_for_hf(timm.create_model(tag, pretrained=False, **model_args), folder, model_args=model_args)
+    model = keras_vit.create_model(f"hf-hub:tests/{tag}", pretrained=True, num_classes=4)
+    published_folder = keras_vit.save_pretrained(model, tmp_path / "published")
+    by_timm = timm.create_model(f"local-dir:{published_folder}", pretrained=True)
+    pixels = _pixels(tuple(model.image_size), seed=3)
+    assert np.abs(_timm_outputs(by_timm, pixels) - np.asarray(model(pixels))).max() < 1e-4
