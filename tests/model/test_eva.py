@@ -151,7 +151,7 @@ def test_the_analytic_parameter_count_is_timms(name):
     ],
     ids=["eva02", "dinov3", "rope-mixed"],
 )  # fmt: skip
-def test_each_rotary_kind_exports_to_tflite_with_builtin_ops_only_and_the_same_outputs(parts):
+def test_each_rotary_kind_exports_to_tflite_with_builtin_ops_only_the_same_outputs_and_its_op_groups(parts):
     from ai_edge_litert.interpreter import Interpreter
 
     from keras_vit.export import tflite
@@ -169,6 +169,20 @@ def test_each_rotary_kind_exports_to_tflite_with_builtin_ops_only_and_the_same_o
     interpreter.invoke()
     outputs = interpreter.get_tensor(interpreter.get_output_details()[0]["index"])
     np.testing.assert_allclose(outputs, expected, atol=1e-5)
+    # The family's quantisation op groups and layer-decay layers find their ops by name.
+    from keras_vit.export import quantize
+    from keras_vit.model.registry import family_of
+
+    family = family_of(model)
+    counts = {
+        group: quantize.matching_ops(flatbuffer, rules) for group, rules in quantize.groups(family).items()
+    }
+    assert counts["QKV projections"] == counts["out projections"] == counts["softmax"] == 1
+    assert counts["MLP projections"] == 2 and counts["residual adds"] == 2 and counts["rotary embedding"] > 0
+    layers, _ = family.layer_groups(model)
+    assert all(
+        quantize.matching_ops(flatbuffer, quantize.layer_rules(name)) for name in ("patch_embed", "block_0")
+    )
 
 
 def test_each_kinds_block_features_are_timms(kind, hub_cache):
