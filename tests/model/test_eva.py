@@ -244,3 +244,45 @@ def test_a_kind_publishes_for_timm_with_the_same_outputs(published, hub_cache, t
     by_timm = timm.create_model(f"local-dir:{published_folder}", pretrained=True)
     pixels = _pixels(tuple(model.image_size), seed=3)
     assert np.abs(_timm_outputs(by_timm, pixels) - np.asarray(model(pixels))).max() < 1e-4
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        dict(num_register_tokens=2),  # DINOv3-S/B/L: no key bias, GELU MLP
+        dict(use_gated_mlp=True, hidden_act="silu", key_bias=True),  # DINOv3-7B's gated MLP; all biases
+    ],
+    ids=["dinov3", "dinov3 gated"],
+)
+def test_a_transformers_dinov3_repo_gives_its_pooler_output(config, hub_cache, record_parity):
+    """transformers' DINOv3ViTModel layout, with transformers' meaning: `pooler_output` ([cls])."""
+    from transformers import DINOv3ViTConfig, DINOv3ViTModel
+
+    torch.manual_seed(7)
+    reference = DINOv3ViTModel(
+        DINOv3ViTConfig(
+            hidden_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            intermediate_size=128,
+            image_size=64,
+            **config,
+        )
+    ).eval()
+    with torch.no_grad():
+        for key, parameter in reference.named_parameters():
+            if "lambda1" in key or "norm" in key or "register" in key:
+                parameter.copy_(torch.randn_like(parameter) * 0.5 + (1 if "weight" in key else 0))
+    folder = HUB.repo_folder("tests/dinov3-vit-tiny")
+    shutil.rmtree(folder, ignore_errors=True)
+    reference.save_pretrained(folder)
+    model = keras_vit.create_model("hf-hub:tests/dinov3-vit-tiny", pretrained=True)
+    assert not model.include_top and model.global_pool == "token"
+    pixels = _pixels(64, seed=8)
+    x = (pixels / 255 - np.array(model.image_mean)) / np.array(model.image_std)
+    with torch.no_grad():
+        expected = reference(pixel_values=torch.from_numpy(x.transpose(0, 3, 1, 2)).float()).pooler_output
+    difference = np.abs(np.asarray(model(pixels)) - expected.numpy()).max()
+    kind = "gated MLP" if config.get("use_gated_mlp") else "registers"
+    record_parity(f"transformers DINOv3ViTModel (tiny; {kind}), pooler_output", difference, 1e-4)
+    assert difference < 1e-4

@@ -6,6 +6,8 @@ DINOv3 files into them).
 which variable, in which layout (`keras_vit.model.state`).
 """
 
+import re
+
 import keras
 import numpy as np
 
@@ -17,13 +19,48 @@ HEAD_PREFIXES = ("head",)
 
 
 def canonical(state, source):
-    """`state` in timm's keys: the buffers the rotary embedding recomputes (timm's `rope.*`
-    but the mixed kind's learned `rope.freqs`) and an EvaAttention's zero `k_bias` dropped."""
+    """`state` in timm's keys: transformers' `DINOv3ViTModel` keys converted, the buffers the
+    rotary embedding recomputes (timm's `rope.*` but the mixed kind's learned `rope.freqs`) and
+    an EvaAttention's zero `k_bias` dropped."""
+    if any(key.startswith("embeddings.") for key in state):
+        state = _transformers_to_timm(state)
     return {
         k: v
         for k, v in state.items()
         if not (k.startswith("rope.") and k != "rope.freqs") and not k.endswith(".attn.k_bias")
     }
+
+
+# transformers' DINOv3ViTModel names (`model.layer.N` in transformers 5, `layer.N` before), to timm's.
+_LAYER = r"^(?:model\.)?layer\.(\d+)\."
+_TRANSFORMERS_RENAMES = [
+    (r"^embeddings\.cls_token$", "cls_token"),
+    (r"^embeddings\.register_tokens$", "reg_token"),
+    (r"^embeddings\.patch_embeddings\.", "patch_embed.proj."),
+    (_LAYER + r"attention\.o_proj\.", r"blocks.\1.attn.proj."),
+    (_LAYER + r"attention\.", r"blocks.\1.attn."),
+    (_LAYER + r"layer_scale([12])\.lambda1$", r"blocks.\1.gamma_\2"),
+    (_LAYER + r"mlp\.gate_proj\.", r"blocks.\1.mlp.fc1_g."),
+    (_LAYER + r"mlp\.down_proj\.", r"blocks.\1.mlp.fc2."),
+    (_LAYER, r"blocks.\1."),
+]
+
+
+def _transformers_to_timm(state):
+    """A DINOv3ViTModel's state in timm's keys: `up_proj` is fc1 (fc1_x beside a gate), the
+    mask token (pretraining's) and an empty register tensor left out."""
+    gated = any(".mlp.gate_proj." in key for key in state)
+    converted = {}
+    for key, value in state.items():
+        if key == "embeddings.mask_token" or (key == "embeddings.register_tokens" and value.shape[1] == 0):
+            continue
+        key = key.replace(".mlp.up_proj.", ".mlp.fc1_x." if gated else ".mlp.fc1.")
+        for pattern, replacement in _TRANSFORMERS_RENAMES:
+            key, count = re.subn(pattern, replacement, key)
+            if count:
+                break
+        converted[key] = value
+    return converted
 
 
 def _norm(layer, prefix):

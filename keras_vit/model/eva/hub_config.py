@@ -1,12 +1,15 @@
-"""The Eva family on the hub: timm's `model_args` as an Eva's arguments, and an Eva's arguments
-as timm's `model_args` (`keras_vit.model.hub_config` reads and writes the rest of a repo's config).
+"""The Eva family on the hub: timm's `model_args` and transformers' `DINOv3ViTConfig` as an Eva's
+arguments, and an Eva's arguments as timm's `model_args` (`keras_vit.model.hub_config` reads and
+writes the rest of a repo's config).
 
-transformers' `DINOv3ViTModel` layout is not read yet: timm's repos of the same weights are."""
+A transformers `DINOv3ViTModel` repo is built as the Eva it is, with transformers' meaning of
+its output: `pooler_output`, the [cls] token after the final norm (`global_pool="token"`), where
+timm's DINOv3 entry points pool the patch mean."""
 
 from keras_vit.model.eva import FAMILY, timm_args
 from keras_vit.model.eva.configs import MODEL_CONFIGS
 
-TRANSFORMERS_TYPES = ()
+TRANSFORMERS_TYPES = ("dinov3_vit",)
 # What `model_args` cannot change in timm (the norm is a class there).
 _NOT_IN_TIMM = ("norm", "layer_norm_epsilon")
 
@@ -20,8 +23,57 @@ def timm_arguments(model_args, defaults, source):
 
 
 def transformers_arguments(config, source):
-    raise ValueError(
-        f"{source}: keras-vit reads timm's layout of the Eva family's weights, not transformers'."
+    """A transformers `DINOv3ViTConfig` as an Eva's architecture: separate q/k/v (timm's
+    `EvaAttention` when the key has no bias, `AttentionRope` when it has), DINOv3's rotary
+    embedding, LayerScale, registers, [cls] pooling."""
+    gated = bool(config.get("use_gated_mlp", False))
+    activation = config.get("hidden_act", "gelu")
+    biases_kept = config.get("proj_bias", True) and config.get("mlp_bias", True)
+    if activation != ("silu" if gated else "gelu") or not biases_kept:
+        raise ValueError(
+            f"{source}: a DINOv3 with the {activation!r} activation{' (gated)' if gated else ''} and biases "
+            f"proj={config.get('proj_bias', True)}, mlp={config.get('mlp_bias', True)}; keras-vit's Eva has "
+            "gelu (silu when gated) and both biases."
+        )
+    biases = tuple(bool(config.get(f"{part}_bias", True)) for part in ("query", "key", "value"))
+    kinds = {
+        (True, False, True): ("eva", True),
+        (True, True, True): ("rope", True),
+        (False,) * 3: ("eva", False),
+    }
+    if biases not in kinds:
+        raise ValueError(
+            f"{source}: query, key, value biases {biases}; keras-vit's Eva has q and v, all or none."
+        )
+    attn_type, qkv_bias = kinds[biases]
+    hidden, intermediate = config["hidden_size"], config["intermediate_size"]
+    ratio = intermediate / hidden
+    if int(hidden * ratio) != intermediate:  # the ratio timm's int() rounds back to the width
+        ratio = (intermediate + 0.5) / hidden
+    return dict(
+        image_size=config.get("image_size", 224),
+        patch_size=config.get("patch_size", 16),
+        channels=config.get("num_channels", 3),
+        embed_dim=hidden,
+        depth=config["num_hidden_layers"],
+        num_heads=config["num_attention_heads"],
+        qkv_fused=False,
+        qkv_bias=qkv_bias,
+        attn_type=attn_type,
+        mlp_ratio=ratio,
+        # transformers' gated MLP keeps gate and up apart: timm's SwiGLU (aligned to 1: as it is).
+        swiglu_mlp=gated,
+        swiglu_align_to=1 if gated else 0,
+        init_values=config.get("layerscale_value", 1.0),
+        num_reg_tokens=config.get("num_register_tokens", 0),
+        use_abs_pos_emb=False,
+        use_rot_pos_emb=True,
+        rope_type="dinov3",
+        rope_temperature=config.get("rope_theta", 100.0),
+        rope_rotate_half=True,
+        global_pool="token",
+        use_fc_norm=False,
+        layer_norm_epsilon=config.get("layer_norm_eps", 1e-5),
     )
 
 
