@@ -179,6 +179,14 @@ def test_each_rotary_kind_exports_to_tflite_with_builtin_ops_only_the_same_outpu
     }
     assert counts["QKV projections"] == counts["out projections"] == counts["softmax"] == 1
     assert counts["MLP projections"] == 2 and counts["residual adds"] == 2 and counts["rotary embedding"] > 0
+    # The attention-rollout map exports too (builtins only), one map over the patch grid.
+    rollout = family.attention_rollout(model)(pixels)
+    assert (
+        tuple(rollout["attention"].shape) == (1, 4, 4) and float(keras.ops.max(rollout["attention"])) == 1.0
+    )
+    with_attention = Interpreter(model_content=tflite.convert_with_attention(load_classifier(model)))
+    with_attention.allocate_tensors()
+    assert sorted(tuple(d["shape"]) for d in with_attention.get_output_details()) == [(1, 4, 4), (1, 5)]
     layers, _ = family.layer_groups(model)
     assert all(
         quantize.matching_ops(flatbuffer, quantize.layer_rules(name)) for name in ("patch_embed", "block_0")

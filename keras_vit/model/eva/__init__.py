@@ -37,9 +37,8 @@ class EvaFamily(Family):
     checkpoint_module = "keras_vit.model.eva.checkpoint"
     features_module = "keras_vit.model.eva.features"
     hub_module = "keras_vit.model.eva.hub_config"
-    # The attention-rollout map is the ViT family's (its blocks return their scores); an Eva's
-    # blocks do not (yet): `--attention` says so.
-    has_attention_maps = False
+    # Attention rollout as the ViT's (`attention.py`), over the blocks' rotary attention.
+    has_attention_maps = True
     # timm's no_weight_decay (`pos_embed`, `cls_token`, `reg_token`, the mixed rotary
     # embedding's `freqs`) and its 1-d rule (norms, biases, LayerScale's gammas, q_bias, v_bias).
     no_weight_decay = (*ONE_D_WEIGHTS, "scale", "cls_token", "reg_token", "pos_embed", "freqs")
@@ -106,6 +105,14 @@ class EvaFamily(Family):
 
     def block_names(self, arguments):
         return tuple(f"block_{i}" for i in range(arguments["depth"]))
+
+    def attention_grid(self, model):
+        return tuple(model.get_layer("patch_embed").grid_size)
+
+    def attention_rollout(self, model):
+        from keras_vit.model.eva.attention import AttentionRollout
+
+        return AttentionRollout(model)
 
     def resize(self, model, image_size):
         from keras_vit.model.eva.model import resize_model

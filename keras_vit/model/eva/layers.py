@@ -571,24 +571,36 @@ class EvaBlock(Block):
         weight = getattr(self, name, None)
         return branch if weight is None else branch * ops.cast(weight, branch.dtype)
 
-    def call(self, x, rope=None, training=None):
+    def call(self, x, rope=None, training=None, return_attention_scores=False):
         if rope is not None and self.rope_index is not None:
             rope = rope[:, self.rope_index]
+        if return_attention_scores:  # inference only: nothing to recompute
+            return self._forward(x, rope=rope, training=training, return_attention_scores=True)
         return self.forward_of(self._forward, x, rope=rope, training=training)
 
-    def _forward(self, x, rope=None, training=None):
+    def _forward(self, x, rope=None, training=None, return_attention_scores=False):
+        scores = None
+        inputs = x if self.post_norm else self.norm1(x)
+        attended = self.attention(
+            inputs, rope=rope, training=training, return_attention_scores=return_attention_scores
+        )
+        if return_attention_scores:
+            attended, scores = attended
         if self.post_norm:
-            x = x + self.drop_path1(
-                self.norm1(self.attention(x, rope=rope, training=training)), training=training
-            )
-            return x + self.drop_path2(self.norm2(self._mlp(x, training=training)), training=training)
-        attended = self.attention(self.norm1(x), rope=rope, training=training)
-        x = x + self.drop_path1(self._scaled(attended, "gamma_1"), training=training)
-        y = self._mlp(self.norm2(x), training=training)
-        return x + self.drop_path2(self._scaled(y, "gamma_2"), training=training)
+            x = x + self.drop_path1(self.norm1(attended), training=training)
+            x = x + self.drop_path2(self.norm2(self._mlp(x, training=training)), training=training)
+        else:
+            x = x + self.drop_path1(self._scaled(attended, "gamma_1"), training=training)
+            y = self._mlp(self.norm2(x), training=training)
+            x = x + self.drop_path2(self._scaled(y, "gamma_2"), training=training)
+        return (x, scores) if return_attention_scores else x
 
-    def compute_output_spec(self, x, rope=None, training=None):
-        return keras.KerasTensor(x.shape, dtype=self.compute_dtype)
+    def compute_output_spec(self, x, rope=None, training=None, return_attention_scores=False):
+        out = keras.KerasTensor(x.shape, dtype=self.compute_dtype)
+        if not return_attention_scores:
+            return out
+        tokens = x.shape[1]
+        return out, keras.KerasTensor((x.shape[0], self.num_heads, tokens, tokens), dtype=self.compute_dtype)
 
     def get_config(self):
         config = super().get_config()
