@@ -294,3 +294,22 @@ def test_a_transformers_dinov3_repo_gives_its_pooler_output(config, hub_cache, r
     kind = "gated MLP" if config.get("use_gated_mlp") else "registers"
     record_parity(f"transformers DINOv3ViTModel (tiny; {kind}), pooler_output", difference, 1e-4)
     assert difference < 1e-4
+
+
+@pytest.mark.parametrize("kind", ["cat", "dinov3", "mixed"])
+def test_timms_train_time_rotary_augmentations_move_positions_in_training_only(kind):
+    arguments = dict(
+        image_size=32, patch_size=8, embed_dim=32, depth=1, num_heads=2, num_classes=3, use_rot_pos_emb=True,
+        rope_type=kind, rope_rotate_half=kind == "dinov3",
+    )  # fmt: skip
+    plain = keras_vit.Eva(**arguments)
+    augmented = keras_vit.Eva(
+        **arguments, rope_shift_coords=0.5, rope_jitter_coords=1.5, rope_rescale_coords=2.0
+    )
+    rng = np.random.default_rng(9)  # weights large enough for the positions to show in the logits
+    plain.set_weights([rng.normal(0, 0.5, w.shape).astype("float32") for w in plain.get_weights()])
+    augmented.set_weights(plain.get_weights())
+    pixels = _pixels(32)
+    np.testing.assert_allclose(np.asarray(augmented(pixels)), np.asarray(plain(pixels)), atol=1e-6)
+    first, second = (np.asarray(augmented(pixels, training=True)) for _ in range(2))
+    assert np.abs(first - second).max() > 1e-4 and np.abs(first - np.asarray(plain(pixels))).max() > 1e-4

@@ -66,6 +66,10 @@ class Architecture:
     rope_temperature: float = 10000.0
     rope_rotate_half: bool = False
     ref_feat_shape: tuple | None = None
+    # timm's train-time rotary augmentations (none at inference): shift, per-axis jitter, rescale.
+    rope_shift_coords: float | None = None
+    rope_jitter_coords: float | None = None
+    rope_rescale_coords: float | None = None
     use_post_norm: bool = False
     use_pre_transformer_norm: bool = False
     use_post_transformer_norm: bool | None = None
@@ -131,6 +135,9 @@ class Architecture:
             raise ValueError(f"{len(self.class_names)} class_names given for num_classes={self.num_classes}.")
         if self.use_rot_pos_emb and self.head_dim % 4:
             raise ValueError(f"A rotary embedding needs a head width divisible by 4, not {self.head_dim}.")
+        for name, least in (("rope_shift_coords", 0), ("rope_jitter_coords", 1), ("rope_rescale_coords", 1)):
+            if getattr(self, name) is not None and not float(getattr(self, name)) >= least:
+                raise ValueError(f"{name} must be at least {least}, got {getattr(self, name)!r}.")
         if self.use_rot_pos_emb and self.rope_type == "mixed" and self.rope_rotate_half:
             raise ValueError("rope_type='mixed' rotates interleaved pairs: rope_rotate_half=False.")
         if self.num_kv_heads is not None:

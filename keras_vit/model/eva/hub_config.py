@@ -74,6 +74,9 @@ def transformers_arguments(config, source):
         global_pool="token",
         use_fc_norm=False,
         layer_norm_epsilon=config.get("layer_norm_eps", 1e-5),
+        rope_shift_coords=config.get("pos_embed_shift"),
+        rope_jitter_coords=config.get("pos_embed_jitter"),
+        rope_rescale_coords=config.get("pos_embed_rescale"),
     )
 
 

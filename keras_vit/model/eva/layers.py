@@ -150,10 +150,13 @@ class RotaryEmbedding(keras.layers.Layer):
     """The rotary position embedding of a patch grid: `(2, 1, tokens, head_dim)` (sin, then cos),
     or, for the `"mixed"` kind, `(2, depth, heads, tokens, head_dim)` (each block takes its own).
 
-    `"cat"` (EVA02's `RotaryEmbeddingCat`) and `"dinov3"` (`RotaryEmbeddingDinoV3`, at inference:
-    no coordinate jitter) are constant tables computed from the grid; `"mixed"` (ROPE-ViT's
-    `RotaryEmbeddingMixed`) has learned frequencies `freqs` (timm's `rope.freqs`), turned into
-    angles over the grid's constant positions with elementwise ops.
+    `"cat"` (EVA02's `RotaryEmbeddingCat`) and `"dinov3"` (`RotaryEmbeddingDinoV3`) are constant
+    tables computed from the grid; `"mixed"` (ROPE-ViT's `RotaryEmbeddingMixed`) has learned
+    frequencies `freqs` (timm's `rope.freqs`), turned into angles over the grid's constant positions
+    with elementwise ops. In training, timm's coordinate augmentations, when given, move the
+    positions once per batch (`shift_coords`: uniform in [-s, s] per axis; `jitter_coords`: a
+    log-uniform scale in [1/J, J] per axis; `rescale_coords`: one in [1/R, R]); at inference they
+    do nothing, as in timm.
 
     Args:
         kind: "cat", "mixed" or "dinov3".
@@ -165,6 +168,8 @@ class RotaryEmbedding(keras.layers.Layer):
         grid_indexing: "ij" (default) or "xy". timm's `rope_grid_indexing`.
         rotate_half: bool, default False. Halves (DINOv3's) rather than interleaved pairs.
         ref_feat_shape: (rows, columns) or None. The grid the cat kind's positions are rescaled to.
+        shift_coords, jitter_coords, rescale_coords: floats or None. timm's `rope_*_coords`.
+        seed: int or None. Seed of the augmentations' draws.
     """
 
     def __init__(
@@ -179,6 +184,10 @@ class RotaryEmbedding(keras.layers.Layer):
         grid_indexing="ij",
         rotate_half=False,
         ref_feat_shape=None,
+        shift_coords=None,
+        jitter_coords=None,
+        rescale_coords=None,
+        seed=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -195,6 +204,12 @@ class RotaryEmbedding(keras.layers.Layer):
         self.grid_indexing = grid_indexing
         self.rotate_half = bool(rotate_half)
         self.ref_feat_shape = None if ref_feat_shape is None else tuple(ref_feat_shape)
+        self.shift_coords = shift_coords
+        self.jitter_coords = jitter_coords
+        self.rescale_coords = rescale_coords
+        self.seed = seed
+        self.augments = any(value is not None for value in (shift_coords, jitter_coords, rescale_coords))
+        self.seed_generator = keras.random.SeedGenerator(seed) if self.augments else None
 
     def build(self, input_shape):
         if self.kind == "mixed":
@@ -221,16 +236,48 @@ class RotaryEmbedding(keras.layers.Layer):
             )
         angles = tables.layout(angles, self.rotate_half)
         self.table = np.stack([np.sin(angles), np.cos(angles)])[:, None].astype(np.float32)
+        self.coords, self.scales = tables.positions_and_scales(
+            self.kind, self.grid, self.head_dim, self.temperature, self.grid_offset, self.grid_indexing,
+            self.ref_feat_shape,
+        )  # fmt: skip
 
-    def call(self, tokens):
+    def _augmented(self, coords):
+        """timm's `_apply_coord_augs`: one shift, per-axis jitter and shared rescale for all positions."""
+        coords = ops.convert_to_tensor(coords)
+        if self.shift_coords is not None:
+            s = float(self.shift_coords)
+            coords = coords + keras.random.uniform((1, 2), -s, s, seed=self.seed_generator)
+        if self.jitter_coords is not None:
+            j = float(np.log(self.jitter_coords))
+            coords = coords * ops.exp(keras.random.uniform((1, 2), -j, j, seed=self.seed_generator))
+        if self.rescale_coords is not None:
+            r = float(np.log(self.rescale_coords))
+            coords = coords * ops.exp(keras.random.uniform((1, 1), -r, r, seed=self.seed_generator))
+        return coords
+
+    def call(self, tokens, training=None):
+        augment = bool(training) and self.augments
         if self.kind != "mixed":
-            return ops.cast(ops.convert_to_tensor(self.table), self.compute_dtype)
-        t_x, t_y = (ops.convert_to_tensor(t.reshape(-1, 1)) for t in self.positions)
+            if not augment:
+                return ops.cast(ops.convert_to_tensor(self.table), self.compute_dtype)
+            coords = self._augmented(self.coords)
+            angles = ops.reshape(ops.expand_dims(coords, -1) * self.scales, (-1, self.head_dim // 2))
+            sin, cos = (self._layout(f(angles)) for f in (ops.sin, ops.cos))
+            return ops.cast(ops.expand_dims(ops.stack([sin, cos]), 1), self.compute_dtype)
+        positions = np.stack(self.positions, axis=-1)
+        positions = self._augmented(positions) if augment else ops.convert_to_tensor(positions)
+        t_x, t_y = positions[:, :1], positions[:, 1:]
         freqs = ops.cast(self.freqs, "float32")
         # (depth, heads, tokens, head_dim / 2): the angle of each pair at each position.
         angles = t_x * ops.expand_dims(freqs[0], 2) + t_y * ops.expand_dims(freqs[1], 2)
         sin, cos = (self._interleaved(f(angles)) for f in (ops.sin, ops.cos))
         return ops.cast(ops.stack([sin, cos]), self.compute_dtype)
+
+    def _layout(self, angles):
+        """Per-pair values `(tokens, head_dim / 2)` in the rotation's layout `(tokens, head_dim)`."""
+        if self.rotate_half:
+            return ops.concatenate([angles, angles], axis=-1)
+        return ops.reshape(ops.stack([angles, angles], axis=-1), (-1, self.head_dim))
 
     def _interleaved(self, x):
         """`[a0, a0, a1, a1, ...]` along the last axis: a stack and a reshape (5-D at most)."""
@@ -257,6 +304,10 @@ class RotaryEmbedding(keras.layers.Layer):
                 "grid_indexing": self.grid_indexing,
                 "rotate_half": self.rotate_half,
                 "ref_feat_shape": None if self.ref_feat_shape is None else list(self.ref_feat_shape),
+                "shift_coords": self.shift_coords,
+                "jitter_coords": self.jitter_coords,
+                "rescale_coords": self.rescale_coords,
+                "seed": self.seed,
             }
         )
         return config

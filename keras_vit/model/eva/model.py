@@ -32,8 +32,8 @@ class Eva(FamilyModel):
         `image_std`, `class_names`, `license`, `crop_pct`, `crop_mode`, `interpolation` (as
         `keras_vit.ViT`'s). The rotary embedding is computed for `image_size`'s grid: another
         size recomputes it, as timm's `set_input_size` does. timm's train-time rotary
-        augmentations (`rope_*_coords`) are not applied: every model here computes the
-        inference tables.
+        augmentations (`rope_shift_coords`, `rope_jitter_coords`, `rope_rescale_coords`) move
+        the positions in training only, as in timm.
     """
 
     family_spec = FAMILY  # what the rest of keras-vit asks about the model
@@ -85,6 +85,9 @@ def _rope(arch, dtype):
         grid_indexing=arch.rope_grid_indexing,
         rotate_half=arch.rope_rotate_half,
         ref_feat_shape=arch.ref_feat_shape if arch.rope_type == "cat" else None,
+        shift_coords=arch.rope_shift_coords,
+        jitter_coords=arch.rope_jitter_coords,
+        rescale_coords=arch.rope_rescale_coords,
         dtype=dtype,
         name="rope",
     )

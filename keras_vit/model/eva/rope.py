@@ -69,3 +69,29 @@ def layout(angles, rotate_half):
     if rotate_half:
         return np.concatenate([angles, angles], axis=-1)
     return np.repeat(angles, 2, axis=-1)
+
+
+def positions_and_scales(
+    kind, grid, head_dim, temperature, grid_offset=0.0, indexing="ij", ref_feat_shape=None
+):
+    """`(coords (tokens, 2), scales (head_dim / 4,))` with `angles = coords[:, :, None] * scales`:
+    the cat and dinov3 kinds' coordinates before timm's train-time augmentation moves them."""
+    bands = head_dim // 4
+    if kind == "cat":
+
+        def positions(size, axis):
+            t = np.arange(size, dtype=np.float32) + np.float32(grid_offset)
+            return t / size * ref_feat_shape[axis] if ref_feat_shape is not None else t
+
+        scales = 1.0 / temperature ** (np.arange(bands, dtype=np.float32) / bands)
+    else:
+
+        def positions(size, axis):
+            return 2.0 * ((np.arange(0.5, size, dtype=np.float32) + np.float32(grid_offset)) / size) - 1.0
+
+        scales = (
+            2
+            * np.pi
+            / np.float32(temperature) ** (2.0 * np.arange(bands, dtype=np.float32) / (head_dim // 2))
+        )
+    return _axes(grid, indexing, positions).astype(np.float32), scales.astype(np.float32)

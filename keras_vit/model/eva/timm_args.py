@@ -11,13 +11,10 @@ RENAMED = {
     "attn_drop_rate": "attention_dropout",
 }
 # timm's arguments that change nothing at inference on a fixed size: the patch grid follows the
-# input (`dynamic_img_size`: the same tables for the size built), train-time rotary augmentation
-# (not applied here), dropout of positions and patches, the head's initial scale.
+# input (`dynamic_img_size`: the same tables for the size built), dropout of positions and
+# patches, the head's initial scale.
 IGNORED = (
     "dynamic_img_size",
-    "rope_shift_coords",
-    "rope_jitter_coords",
-    "rope_rescale_coords",
     "pos_drop_rate",
     "patch_drop_rate",
     "proj_drop_rate",
