@@ -313,3 +313,48 @@ def test_timms_train_time_rotary_augmentations_move_positions_in_training_only(k
     np.testing.assert_allclose(np.asarray(augmented(pixels)), np.asarray(plain(pixels)), atol=1e-6)
     first, second = (np.asarray(augmented(pixels, training=True)) for _ in range(2))
     assert np.abs(first - second).max() > 1e-4 and np.abs(first - np.asarray(plain(pixels))).max() > 1e-4
+
+
+def test_an_eva_trains_and_learns_its_rotary_frequencies():
+    """The mixed kind's frequencies get gradients through every block, augmented positions,
+    stochastic depth and all."""
+    model = keras_vit.Eva(
+        image_size=32, patch_size=8, embed_dim=32, depth=2, num_heads=2, num_classes=3, use_rot_pos_emb=True,
+        rope_type="mixed", attn_type="rope", rope_rescale_coords=2.0, drop_path_rate=0.1,
+    )  # fmt: skip
+    before = np.asarray(model.get_layer("rope").freqs)
+    model.compile(
+        optimizer=keras.optimizers.AdamW(1e-2),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    )
+    history = model.fit(_pixels(32), np.array([0, 2]), epochs=2, batch_size=2, verbose=0)
+    assert np.isfinite(history.history["loss"]).all()
+    assert np.abs(np.asarray(model.get_layer("rope").freqs) - before).max() > 0
+
+
+_REMAT = """
+import numpy as np, keras, keras_vit
+def losses(remat):
+    keras.utils.set_random_seed(0)
+    model = keras_vit.Eva(image_size=32, patch_size=8, embed_dim=32, depth=2, num_heads=2, num_classes=3,
+                          use_rot_pos_emb=True, rope_type="mixed", attn_type="rope")
+    for block in model.blocks:
+        block.rematerialise = remat
+    model.compile(optimizer=keras.optimizers.SGD(0.1),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    x = np.random.default_rng(0).uniform(0, 255, (4, 32, 32, 3)).astype("float32")
+    return model.fit(x, np.array([0, 1, 2, 0]), epochs=3, batch_size=4, verbose=0).history["loss"]
+np.testing.assert_allclose(losses(True), losses(False), rtol=1e-5)
+"""
+
+
+def test_remat_recomputes_an_evas_blocks_with_the_rotary_table_as_an_input_on_jax():
+    """`--remat` (JAX): the learned rotary table enters each recomputed block as a differentiated
+    input, not a closed-over value; the losses are those without recomputation."""
+    import os
+    import subprocess
+    import sys
+
+    environment = dict(os.environ, KERAS_BACKEND="jax")
+    result = subprocess.run([sys.executable, "-c", _REMAT], env=environment, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-2000:]

@@ -627,7 +627,9 @@ class EvaBlock(Block):
             rope = rope[:, self.rope_index]
         if return_attention_scores:  # inference only: nothing to recompute
             return self._forward(x, rope=rope, training=training, return_attention_scores=True)
-        return self.forward_of(self._forward, x, rope=rope, training=training)
+        if rope is None:
+            return self.forward_of(self._forward, x, training=training)
+        return self.forward_of(self._forward, x, rope, training=training)  # differentiated as x is
 
     def _forward(self, x, rope=None, training=None, return_attention_scores=False):
         scores = None
