@@ -151,15 +151,18 @@ def test_the_analytic_parameter_count_is_timms(name):
     ],
     ids=["eva02", "dinov3", "rope-mixed"],
 )  # fmt: skip
-def test_each_rotary_kind_exports_to_tflite_with_builtin_ops_only_the_same_outputs_and_its_op_groups(parts):
+def test_each_rotary_kind_exports_to_tflite_builtins_and_onnx_with_the_same_outputs_and_its_op_groups(parts):
+    import onnxruntime
     from ai_edge_litert.interpreter import Interpreter
 
-    from keras_vit.export import tflite
+    from keras_vit.export import onnx_model, tflite
     from keras_vit.inference.classifier import load_classifier
 
     model = keras_vit.Eva(
         image_size=32, patch_size=8, embed_dim=32, depth=1, num_heads=2, num_classes=5, **parts
     )
+    rng = np.random.default_rng(10)  # weights large enough for the positions to show in the outputs
+    model.set_weights([rng.normal(0, 0.3, w.shape).astype("float32") for w in model.get_weights()])
     flatbuffer = tflite.convert(load_classifier(model), "fp32")  # raises on a Flex or custom op
     pixels = _pixels(32, seed=2)[:1]
     expected = keras.ops.convert_to_numpy(keras.ops.softmax(model(pixels)))
@@ -169,6 +172,8 @@ def test_each_rotary_kind_exports_to_tflite_with_builtin_ops_only_the_same_outpu
     interpreter.invoke()
     outputs = interpreter.get_tensor(interpreter.get_output_details()[0]["index"])
     np.testing.assert_allclose(outputs, expected, atol=1e-5)
+    session = onnxruntime.InferenceSession(onnx_model.convert(load_classifier(model)))
+    np.testing.assert_allclose(session.run(None, {"images": pixels})[0], expected, atol=1e-5)
     # The family's quantisation op groups and layer-decay layers find their ops by name.
     from keras_vit.export import quantize
     from keras_vit.model.registry import family_of
