@@ -363,3 +363,41 @@ def test_remat_recomputes_an_evas_blocks_with_the_rotary_table_as_an_input_on_ja
     environment = dict(os.environ, KERAS_BACKEND="jax")
     result = subprocess.run([sys.executable, "-c", _REMAT], env=environment, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-2000:]
+
+
+@pytest.mark.parametrize(
+    "name", ["vit_small_patch16_rope_mixed_ape_224", "vit_pe_core_tiny_patch16_384", "eva02_base_patch14_224"]
+)
+def test_layer_decay_and_weight_decay_group_the_weights_as_timm_does(name):
+    """timm's `param_groups_layer_decay` (its group_matcher, no_weight_decay and 1-d rule) gives
+    each weight a learning-rate scale and a weight decay; keras-vit's AdamW gives the same."""
+    import timm.optim
+
+    from keras_vit.model.registry import family_of
+    from keras_vit.model.state import linear
+    from keras_vit.training.optimizers import layer_decay_multipliers
+
+    size = 56 if "patch14" in name else 64
+    reference = timm.create_model(name, num_classes=3, img_size=size, **SMALL)
+    groups = timm.optim.param_groups_layer_decay(
+        reference, weight_decay=0.05, layer_decay=0.5, no_weight_decay_list=reference.no_weight_decay()
+    )
+    names = {id(p): n for n, p in reference.named_parameters()}
+    timm_scale = {names[id(p)]: group["lr_scale"] for group in groups for p in group["params"]}
+    timm_decays = {names[id(p)]: group["weight_decay"] > 0 for group in groups for p in group["params"]}
+    model = keras_vit.create_model(name, num_classes=3, image_size=size, **SMALL)
+    family = family_of(model)
+    multipliers = layer_decay_multipliers(model, 0.5)
+    optimizer = keras_vit.optimizers.AdamW(learning_rate=1e-3, weight_decay=0.05, lr_multipliers=multipliers)
+    optimizer.exclude_from_weight_decay(var_names=list(family.no_weight_decay))
+    checkpoint = family.checkpoint()
+    pairs = checkpoint.targets(model) + [
+        t for p, layer in checkpoint.optional_layers(model) for t in linear(layer, p)
+    ]
+    keys = {variable.path: key for key, variable, _ in pairs}
+    assert len(keys) == len(model.trainable_variables) == len(timm_scale)
+    for variable in model.trainable_variables:
+        key = keys[variable.path]
+        scale = multipliers.get(variable.path.split("/", 1)[0], 1.0)
+        assert scale == pytest.approx(timm_scale[key]), (variable.path, key)
+        assert optimizer._use_weight_decay(variable) == timm_decays[key], (variable.path, key)
