@@ -121,20 +121,10 @@ def test_every_tag_of_timms_eva_module_resolves_by_name():
     assert all(tag in table for tag in tags)
 
 
-@pytest.mark.parametrize(
-    "name",
-    [
-        "eva02_base_patch14_224",
-        "eva02_large_patch14_clip_224",
-        "vit_small_patch16_dinov3",
-        "vit_pe_core_base_patch16_224",
-        "vit_base_patch16_rope_mixed_ape_224",
-        "vit_base_patch16_sapiens2",
-        "vit_7b_patch16_dinov3",
-    ],
-)
+@pytest.mark.parametrize("name", sorted(keras_vit.model.eva.configs.MODEL_CONFIGS))
 def test_the_analytic_parameter_count_is_timms(name):
-    """On timm's full-size model on PyTorch's meta device (shapes only): the 7B included."""
+    """Every architecture of timm's eva module, on timm's full-size model on PyTorch's meta device
+    (shapes only): the 7B and 5B included."""
     with torch.device("meta"):
         model = timm.create_model(name, pretrained=False, num_classes=1000)
     assert keras_vit.parameter_count(name, num_classes=1000) == sum(p.numel() for p in model.parameters())
