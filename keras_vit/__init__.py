@@ -30,6 +30,7 @@ def _command_line_is_starting():
 # `optimizers` and `pipeline`).
 _PUBLIC = {
     "CheckpointMismatchError": "keras_vit.model.state",
+    "Eva": "keras_vit.model.eva.model",
     "Swin": "keras_vit.model.swin.model",
     "TrainingModel": "keras_vit.training.training_model",
     "ViT": "keras_vit.model.vit.model",

@@ -30,10 +30,13 @@ from timm.data import ImageNetInfo, infer_imagenet_subset  # noqa: E402
 from timm.layers import mlp as timm_mlp  # noqa: E402
 from timm.layers import norm as timm_norm  # noqa: E402
 from timm.models import deit, get_pretrained_cfg  # noqa: E402
+from timm.models import eva as timm_eva  # noqa: E402
 from timm.models import vision_transformer as timm_vit  # noqa: E402
 
 TABLES = os.path.join(ROOT, "keras_vit", "model", "tables")
 ENTRY_POINTS_FILE = "timm_vit_entry_points.json"
+# The same for timm's `eva` module (its `Eva`: keras-vit's Eva family).
+EVA_ENTRY_POINTS_FILE = "timm_eva_entry_points.json"
 # timm's modules whose entry points build a `VisionTransformer` (DeiT's distilled one too).
 VIT_MODULES = ("vision_transformer", "deit")
 # The pretrained_cfg fields each tag's entry carries.
@@ -63,6 +66,25 @@ def entry_point_kwargs(name):
     finally:
         timm_vit.VisionTransformer, deit.VisionTransformer, deit.VisionTransformerDistilled = saved
     kwargs.pop("num_classes", None)  # the tag's, not the architecture's
+    return {key: _named(key, value) for key, value in kwargs.items()}
+
+
+def eva_entry_point_kwargs(name):
+    """The keyword arguments timm's `eva` entry point `name` gives its `Eva`, its parts by name."""
+
+    def model_class(**kwargs):
+        raise _Captured(kwargs)
+
+    saved, timm_eva.Eva = timm_eva.Eva, model_class
+    try:
+        timm.create_model(name, pretrained=False)
+    except _Captured as captured:
+        kwargs = captured.args[0]
+    else:
+        raise RuntimeError(f"timm's {name} builds no Eva")
+    finally:
+        timm_eva.Eva = saved
+    kwargs.pop("num_classes", None)
     return {key: _named(key, value) for key, value in kwargs.items()}
 
 
@@ -104,7 +126,11 @@ def write_entry_points():
     with open(os.path.join(TABLES, ENTRY_POINTS_FILE), "w") as f:
         json.dump(entry_points, f, indent=1, sort_keys=True)
         f.write("\n")
-    return entry_points
+    eva = {name: eva_entry_point_kwargs(name) for name in sorted(timm.list_models(module="eva"))}
+    with open(os.path.join(TABLES, EVA_ENTRY_POINTS_FILE), "w") as f:
+        json.dump(eva, f, indent=1, sort_keys=True)
+        f.write("\n")
+    return {**entry_points, **eva}
 
 
 def tags_of(architecture):

@@ -4,7 +4,7 @@
     .venv/bin/python scripts/timm_coverage.py --json     # the same as JSON
 
 For the installed timm: every pretrained tag of its `vision_transformer`, `deit`,
-`vision_transformer_hybrid` and `vision_transformer_relpos` modules, resolved when
+`vision_transformer_hybrid`, `vision_transformer_relpos` and `eva` modules, resolved when
 `keras_vit.create_model(tag, pretrained=True)` finds it in keras-vit's generated table
 (`scripts/generate_pretrained_table.py`), else with the reason it is not.
 """
@@ -22,10 +22,13 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 import timm  # noqa: E402
 from timm.models import get_pretrained_cfg  # noqa: E402
 
+from keras_vit.model.eva.configs import TIMM_UNBUILT as EVA_UNBUILT  # noqa: E402
 from keras_vit.model.pretrained import pretrained_table  # noqa: E402
 from keras_vit.model.vit.configs import TIMM_UNBUILT  # noqa: E402
 
-MODULES = ("vision_transformer", "deit", "vision_transformer_hybrid", "vision_transformer_relpos")
+MODULES = ("vision_transformer", "deit", "vision_transformer_hybrid", "vision_transformer_relpos", "eva")
+# Why an entry point of each family keras-vit builds is not built (its configs' TIMM_UNBUILT).
+UNBUILT = {**TIMM_UNBUILT, **EVA_UNBUILT}
 # The modules keras-vit builds no model of, and why.
 NOT_BUILT = {
     "vision_transformer_hybrid": "a hybrid ViT (a ResNet or other CNN stem): keras-vit builds none",
@@ -34,17 +37,22 @@ NOT_BUILT = {
 
 
 def coverage():
-    """`{"timm_version", "table_timm_version", "tags", "resolved", "unresolved": {tag: reason}}`."""
+    """`{"timm_version", "table_timm_version", "tags", "resolved", "unresolved": {tag: reason},
+    "modules": {module: {"tags", "resolved"}}}`."""
     table = pretrained_table()
-    tags, unresolved = [], {}
+    tags, unresolved, modules = [], {}, {}
     for module in MODULES:
+        before = (len(tags), len(unresolved))
         for architecture in timm.list_models(module=module):
             for tag in timm.list_pretrained(f"{architecture}.*"):
                 tags.append(tag)
                 reason = _unresolved(tag, architecture, module, table)
                 if reason:
                     unresolved[tag] = reason
+        count = len(tags) - before[0]
+        modules[module] = {"tags": count, "resolved": count - (len(unresolved) - before[1])}
     return {
+        "modules": modules,
         "timm_version": timm.__version__,
         "table_timm_version": table["timm_version"],
         "tags": len(tags),
@@ -59,8 +67,8 @@ def _unresolved(tag, architecture, module, table):
         return None
     if module in NOT_BUILT:
         return NOT_BUILT[module]
-    if architecture in TIMM_UNBUILT:
-        return TIMM_UNBUILT[architecture]
+    if architecture in UNBUILT:
+        return UNBUILT[architecture]
     if not get_pretrained_cfg(tag).hf_hub_id:
         return "timm has its weights at a URL only, on no hub"
     return f"not in keras-vit's table, generated from timm {table['timm_version']}: run the generator again"
@@ -78,6 +86,8 @@ def main(argv=None):
         f"timm {result['timm_version']} (table from timm {result['table_timm_version']}): keras-vit "
         f"resolves {result['resolved']} of {result['tags']} pretrained ViT tags of {', '.join(MODULES)}."
     )
+    for module, counts in result["modules"].items():
+        print(f"  {module}: {counts['resolved']} of {counts['tags']}")
     reasons = collections.Counter(result["unresolved"].values())
     for reason, count in reasons.most_common():
         print(f"  {count:4d} unresolved: {reason}")

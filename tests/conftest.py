@@ -51,6 +51,7 @@ SLOWEST_FILES = (
     "test_distribute.py",
     "test_jax_backend.py",
     "test_export.py",
+    "test_eva.py",
     "test_readme.py",
     "test_readme_export.py",
     "test_mobile_app.py",

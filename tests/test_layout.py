@@ -97,3 +97,65 @@ def test_the_tests_follow_the_rooms():
             for name in os.listdir(os.path.join(tests, folder))
             if name.endswith(".py")
         )
+
+
+def _model_room_imports():
+    """`{module: set of keras_vit.model modules it imports}` for every module of the model room."""
+    modules = {name: path for name, path in _modules() if name.startswith("keras_vit.model")}
+    graph = {}
+    for name, path in modules.items():
+        imported = set()
+        for node in ast.walk(ast.parse(open(path, encoding="utf-8").read())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("keras_vit.model"):
+                # `from keras_vit.model import registry` imports a module; `from x import NAME` x.
+                for alias in node.names:
+                    candidate = f"{node.module}.{alias.name}"
+                    imported.add(candidate if candidate in modules else node.module)
+            elif isinstance(node, ast.Import):
+                imported |= {a.name for a in node.names if a.name.startswith("keras_vit.model")}
+        # A package's own parts, loaded when first asked for (its `__getattr__`, a method): a part
+        # always comes with its package, so that edge closes no circle.
+        graph[name] = {m for m in imported & set(modules) if not m.startswith(name + ".")}
+    return graph
+
+
+def test_the_model_room_has_no_import_circle():
+    """The registry above the families, the checkpoint reader below them: no module of the model
+    room imports, at the top or inside a function, one that comes back to it."""
+    graph = _model_room_imports()
+    done, path = set(), []
+
+    def visit(module):
+        if module in path:
+            raise AssertionError(f"import circle: {' -> '.join(path[path.index(module) :] + [module])}")
+        if module in done:
+            return
+        path.append(module)
+        for imported in sorted(graph[module]):
+            visit(imported)
+        path.pop()
+        done.add(module)
+
+    for module in sorted(graph):
+        visit(module)
+
+
+def test_no_module_outside_the_model_room_names_a_family_and_no_family_another_s_privates():
+    families = ("vit", "swin", "eva")
+    for module, path in _modules():
+        imported = set(_imports(path))
+        if not module.startswith("keras_vit.model."):
+            named = [m for m in imported if any(m.startswith(f"keras_vit.model.{f}") for f in families)]
+            # The public faces: each family's model class and layers (`keras_vit.layers`).
+            allowed = {f"keras_vit.model.{f}.{part}" for f in families for part in ("model", "layers")}
+            assert set(named) <= allowed, f"{module} names a family's insides: {sorted(set(named) - allowed)}"
+            continue
+        own = next((f for f in families if module.startswith(f"keras_vit.model.{f}")), None)
+        if own is None:
+            continue
+        tree = ast.parse(open(path, encoding="utf-8").read())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("keras_vit.model."):
+                other = next((f for f in families if node.module.startswith(f"keras_vit.model.{f}")), own)
+                private = [a.name for a in node.names if a.name.startswith("_")]
+                assert other == own or not private, f"{module} imports {other}'s private {private}"

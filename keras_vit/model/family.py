@@ -193,6 +193,30 @@ class Family:
         raise NotImplementedError
 
 
+def of_model(model):
+    """The family of a keras-vit model (its class's `family_spec`), or None for any other object:
+    the modules below the registry (the checkpoint reader, the hub configs) ask the model."""
+    return getattr(model, "family_spec", None)
+
+
+def take_indices(depth, indices=None):
+    """timm's `feature_take_indices`: absolute block (ViT) or stage (Swin) indices, in the order given.
+
+    None: every block; an int n: the last n; a list: those blocks (negative counts from the end).
+    """
+    if indices is None:
+        indices = depth
+    if isinstance(indices, int):
+        if not 0 < indices <= depth:
+            raise ValueError(f"indices={indices} asks for the last {indices} of {depth} blocks.")
+        return list(range(depth - indices, depth))
+    absolute = [i + depth if i < 0 else i for i in indices]
+    bad = [i for i, a in zip(indices, absolute, strict=True) if not 0 <= a < depth]
+    if bad or not absolute:
+        raise ValueError(f"Block indices {list(indices)} are not all in [-{depth}, {depth - 1}].")
+    return absolute
+
+
 def unknown_config(name, configs):
     """The message for a config name that is not in `configs`: the closest names."""
     close = difflib.get_close_matches(str(name), configs, n=3, cutoff=0.5)

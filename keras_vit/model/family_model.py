@@ -1,17 +1,44 @@
-"""What every family's Keras model shares: its arguments kept as attributes, its config (Keras'
-`name`, `trainable` and `dtype`, then its `Architecture`'s fields), and the `__init__` signature
-`help()` and IDEs show. Each family's model class (`ViT`, `Swin`) subclasses `FamilyModel`."""
+"""What every family's Keras model shares: the constructor's prologue (its arguments checked, the
+dtype policy, the images input and the normalisation) and epilogue, its arguments kept as
+attributes, its config (Keras' `name`, `trainable` and `dtype`, then its `Architecture`'s
+fields), and the `__init__` signature `help()` and IDEs show. Each family's model class (`ViT`,
+`Swin`, `Eva`) subclasses `FamilyModel` and names its family (`family_spec`)."""
 
 import dataclasses
 import inspect
 
 import keras
 
+from keras_vit.model.layers import ImageNormalization
+
+# Keras' own arguments of a model, beside its architecture's (and `dtype`).
+_KERAS_ARGUMENTS = ("name", "trainable")
+
 
 class FamilyModel(keras.Model):
     """A functional model built from an `Architecture` (its class: `architecture_class`)."""
 
     architecture_class = None
+    # The `keras_vit.model.family.Family` of the class's models, and its name (`model.family`).
+    family_spec = None
+    family = None
+
+    @classmethod
+    def _prologue(cls, dtype, arguments):
+        """What every family's `__init__` starts with: `(arch, dtype, images, keras_arguments)`,
+        the arguments checked and in normal form (`architecture_class`), the dtype policy
+        resolved, the images input, and Keras' `name` and `trainable` taken out of `arguments`."""
+        keras_arguments = {key: arguments.pop(key) for key in _KERAS_ARGUMENTS if key in arguments}
+        arch = cls.architecture_class(**arguments)
+        dtype = resolved_dtype(dtype)
+        images = keras.Input(shape=arch.image_size + (arch.channels,), name="images")
+        return arch, dtype, images, keras_arguments
+
+    def _epilogue(self, images, outputs, arch, dtype, keras_arguments):
+        """What every family's `__init__` ends with: the functional model built, named after its
+        family unless named, and its arguments kept."""
+        super().__init__(inputs=images, outputs=outputs, **{"name": self.family, **keras_arguments})
+        self._keep_arguments(arch, dtype)
 
     def _keep_arguments(self, arch, dtype):
         """After the graph is built: the policy its layers were built with, and every argument as
@@ -40,6 +67,13 @@ class FamilyModel(keras.Model):
         if isinstance(config.get("dtype"), dict):
             config["dtype"] = keras.dtype_policies.deserialize(config["dtype"])
         return cls(**config)
+
+
+def normalized(images, arch, dtype):
+    """The images normalised inside the model when it carries its mean and std, else as they are."""
+    if arch.image_mean is None:
+        return images
+    return ImageNormalization(arch.image_mean, arch.image_std, dtype=dtype, name="normalization")(images)
 
 
 def resolved_dtype(dtype):

@@ -19,21 +19,3 @@ def features_model(model, indices=None, **options):
     """A Keras model from `model`'s images to its feature maps, `{name: (batch, rows, cols, C)}`:
     it exports as a SavedModel (`model.export(path)`) like any Keras model."""
     return registry.family_of(model).features().features_model(model, indices, **options)
-
-
-def take_indices(depth, indices=None):
-    """timm's `feature_take_indices`: absolute block (ViT) or stage (Swin) indices, in the order given.
-
-    None: every block; an int n: the last n; a list: those blocks (negative counts from the end).
-    """
-    if indices is None:
-        indices = depth
-    if isinstance(indices, int):
-        if not 0 < indices <= depth:
-            raise ValueError(f"indices={indices} asks for the last {indices} of {depth} blocks.")
-        return list(range(depth - indices, depth))
-    absolute = [i + depth if i < 0 else i for i in indices]
-    bad = [i for i, a in zip(indices, absolute, strict=True) if not 0 <= a < depth]
-    if bad or not absolute:
-        raise ValueError(f"Block indices {list(indices)} are not all in [-{depth}, {depth - 1}].")
-    return absolute

@@ -16,7 +16,7 @@ import dataclasses
 import difflib
 import re
 
-from keras_vit.model import registry
+from keras_vit.model.family import of_model
 from keras_vit.model.transform import DEFAULT_MEAN, DEFAULT_STD
 from keras_vit.model.transform import FIELDS as TRANSFORM_FIELDS
 
@@ -46,10 +46,11 @@ class HubModel:
     license: str | None = None
 
 
-def read_config(config, source, preprocessor=None, architecture=None):
+def read_config(config, source, families, preprocessor=None, architecture=None):
     """A `HubModel` from a repo's parsed `config.json` (and `preprocessor_config.json`);
-    `source` names the repo in messages. `architecture`: the one a timm tag names, built in place
-    of the one the repo's config names (several tags share a repo), with the repo's `model_args`.
+    `source` names the repo in messages; `families`: those that may build it (the registry's).
+    `architecture`: the one a timm tag names, built in place of the one the repo's config names
+    (several tags share a repo), with the repo's `model_args`.
 
     Raises:
         ValueError: a config of another architecture, or of neither layout.
@@ -57,18 +58,18 @@ def read_config(config, source, preprocessor=None, architecture=None):
     if architecture is not None and "architecture" in config:
         config = dict(config, architecture=architecture)
     if "architecture" in config:
-        return _from_timm(config, source)
+        return _from_timm(config, source, families)
     if "model_type" in config:
-        return _from_transformers(config, source, preprocessor or {})
+        return _from_transformers(config, source, families, preprocessor or {})
     raise ValueError(
         f"{source}'s config.json is neither timm's (no 'architecture') nor transformers' (no "
         f"'model_type'): it is not a checkpoint keras-vit reads."
     )
 
 
-def _from_timm(config, source):
+def _from_timm(config, source, families):
     architecture = config["architecture"]
-    configs = registry.all_configs()
+    configs = {name: family for family in families for name in family.configs}
     if architecture not in configs:
         close = difflib.get_close_matches(architecture, configs, n=3, cutoff=0.6)
         hint = f" (close: {', '.join(close)})" if close else ""
@@ -99,14 +100,11 @@ def _from_timm(config, source):
     )
 
 
-def _from_transformers(config, source, preprocessor):
+def _from_transformers(config, source, families, preprocessor):
     model_type = config["model_type"]
-    family = next(
-        (f for f in registry.FAMILIES.values() if model_type in f.hub().TRANSFORMERS_TYPES),
-        None,
-    )
+    family = next((f for f in families if model_type in f.hub().TRANSFORMERS_TYPES), None)
     if family is None:
-        types = sorted(t for f in registry.FAMILIES.values() for t in f.hub().TRANSFORMERS_TYPES)
+        types = sorted(t for f in families for t in f.hub().TRANSFORMERS_TYPES)
         raise ValueError(
             f"{source} holds a transformers {model_type!r} model; keras-vit reads {', '.join(types)} ones."
         )
@@ -146,14 +144,14 @@ def transformers_transform(preprocessor):
 def nearest_architecture(found):
     """The named architecture a `HubModel` is trained as: its own timm name, else (a transformers
     repo, which names none) the nearest of its family's."""
-    if found.name in registry.all_configs():
+    if found.name in found.family.configs:
         return found.name
     return found.family.hub().nearest_architecture(found.arguments)
 
 
 def timm_architecture(model, architectures):
     """The timm architecture (of `architectures`) a keras-vit model is published as."""
-    return registry.family_of(model).hub().timm_architecture(model.get_config(), architectures)
+    return of_model(model).hub().timm_architecture(model.get_config(), architectures)
 
 
 def timm_config(model, architecture):
@@ -164,7 +162,7 @@ def timm_config(model, architecture):
     Raises:
         ValueError: the model has what timm cannot be given (named).
     """
-    family = registry.family_of(model)
+    family = of_model(model)
     config = model.get_config()
     height, width = config["image_size"]
     named = family.architecture(family.config(architecture)).config()

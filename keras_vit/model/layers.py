@@ -38,24 +38,27 @@ class Block(keras.layers.Layer):
 
     rematerialise = False
 
-    def forward_of(self, forward, x, **arguments):
+    def forward_of(self, forward, x, *inputs, **arguments):
+        """`forward(x, *inputs, **arguments)`, recomputed in the backward pass when set: `inputs`
+        are tensors the block takes beside `x` (an Eva's rotary table), differentiated as `x` is."""
         if not self.rematerialise:
-            return forward(x, **arguments)
+            return forward(x, *inputs, **arguments)
         variables = self.variables
         values = [v.value for v in variables]
         # What trains is differentiated; frozen weights (LoRA's base kernels, a frozen backbone)
         # stay constants, so the backward pass computes no gradient for them.
         weights = [i for i, v in enumerate(variables) if _is_float(v) and v.trainable]
 
-        def pure(x, *weight_values):
+        def pure(x, *tensors):
+            extra, weight_values = tensors[: len(inputs)], tensors[len(inputs) :]
             current = list(values)
             for i, value in zip(weights, weight_values, strict=True):
                 current[i] = value
             with keras.StatelessScope(state_mapping=list(zip(variables, current, strict=True))) as scope:
-                y = forward(x, **arguments)
+                y = forward(x, *extra, **arguments)
             return y, [scope.get_current_value(v) for v in variables if not _is_float(v)]
 
-        y, states = recomputed(pure)(x, *(values[i] for i in weights))
+        y, states = recomputed(pure)(x, *inputs, *(values[i] for i in weights))
         for variable, state in zip([v for v in variables if not _is_float(v)], states, strict=True):
             variable.assign(state)
         return y

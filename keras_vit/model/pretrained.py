@@ -193,8 +193,9 @@ def unknown_name(name):
     )
 
 
-def read_hub_model(source):
-    """The repo's `HubModel` (its `config.json`, and transformers' preprocessor settings)."""
+def read_hub_model(source, families):
+    """The repo's `HubModel` (its `config.json`, and transformers' preprocessor settings), built by
+    one of `families` (the registry's: `registry.read_hub_model` passes them)."""
     config = read_json(source.file(hub.CONFIG_FILE))
     preprocessor = None
     if "model_type" in config:
@@ -202,7 +203,9 @@ def read_hub_model(source):
             preprocessor = read_json(source.file(hub.PREPROCESSOR_FILE))
         except hub.MissingFile:
             preprocessor = None
-    return hub_config.read_config(config, source.name, preprocessor, architecture=source.architecture)
+    return hub_config.read_config(
+        config, source.name, families, preprocessor, architecture=source.architecture
+    )
 
 
 class ToBuild:
@@ -216,12 +219,13 @@ class ToBuild:
         return self.source.weights()
 
 
-def what_to_build(name, overrides):
+def what_to_build(name, overrides, families):
     """The `ToBuild` of a pretrained name, with `overrides` (the model's arguments): another
     `num_classes` gives a new head (its class names dropped unless given), another `image_size`
-    resampled position embeddings (ViT) or bias tables (Swin, with another `window_size`)."""
+    resampled position embeddings (ViT) or bias tables (Swin, with another `window_size`);
+    `families`: those that may build it (the registry's)."""
     source = resolve(name)
-    found = read_hub_model(source)
+    found = read_hub_model(source, families)
     return ToBuild(found.family, _arguments(found, overrides), source)
 
 

@@ -4,14 +4,21 @@
     model = create_model("vit_small_patch16_224", num_classes=10)
     model = create_model("swin_tiny_patch4_window7_224.ms_in1k", pretrained=True)
 
+The registry stands above the families and the modules that read hub repos (`pretrained`,
+`hub_config`), which are handed the families; the checkpoint reader (`weights`) stands below the
+families, and asks a model for its own. A pretrained name is three steps: resolve it (the
+family, its arguments, where the weights are), build, load.
+
 Keras-free until a model is built: `keras-vit models` reads the configs without TensorFlow.
 """
 
 from keras_vit.model import family as family_module
+from keras_vit.model import pretrained as hub_models
+from keras_vit.model.eva import FAMILY as EVA
 from keras_vit.model.swin import FAMILY as SWIN
 from keras_vit.model.vit import FAMILY as VIT
 
-FAMILIES = {family.name: family for family in (VIT, SWIN)}
+FAMILIES = {family.name: family for family in (VIT, SWIN, EVA)}
 _REQUIRED = object()
 # Keras' own arguments, which every family's model takes besides its architecture's.
 KERAS_ARGUMENTS = ("dtype", "name", "trainable")
@@ -47,7 +54,7 @@ def family_of(model, default=_REQUIRED):
     Raises:
         TypeError: not a model keras-vit builds, and no default.
     """
-    family = FAMILIES.get(getattr(model, "family", None))
+    family = family_module.of_model(model)
     if family is None:
         if default is not _REQUIRED:
             return default
@@ -103,10 +110,8 @@ def create_model(name, pretrained=False, **overrides):
         A model of the name's family: pretrained, or randomly initialised (load weights with
         `keras_vit.load_weights`).
     """
-    from keras_vit.model import pretrained as hub_models
-
     if pretrained:
-        found = hub_models.what_to_build(name, overrides)
+        found = hub_models.what_to_build(name, overrides, FAMILIES.values())
         _check_arguments(found.family, name, overrides)
         return load_into(found.family.build(**found.arguments), found.weights_path())
     if str(name).startswith((hub_models.HUB_PREFIX, hub_models.LOCAL_PREFIX)):
@@ -130,6 +135,11 @@ def resize_model(model, image_size):
     """Returns a copy of `model` for another image size, with the same weights: a ViT's position
     embeddings resampled to the new patch grid (bicubic, [cls] kept), a Swin's windows kept."""
     return family_of(model).resize(model, image_size)
+
+
+def read_hub_model(source):
+    """A hub repo's `HubModel` (`keras_vit.model.pretrained.Source`), built by one of the families."""
+    return hub_models.read_hub_model(source, FAMILIES.values())
 
 
 def load_into(model, path):

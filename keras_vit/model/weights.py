@@ -13,6 +13,7 @@ import os
 import keras
 import numpy as np
 
+from keras_vit.model.family import of_model
 from keras_vit.model.formats import CHECKPOINT_SUFFIXES
 from keras_vit.model.state import CheckpointMismatchError, linear, to_keras, to_torch
 
@@ -97,14 +98,12 @@ def read_checkpoint(path):
 
 
 def _checkpoint_of(model):
-    from keras_vit.model import registry
-
-    try:
-        return registry.family_of(model).checkpoint()
-    except TypeError:
-        raise TypeError(
-            f"load_weights needs a keras-vit model (ViT, Swin), got {type(model).__name__}."
-        ) from None
+    """The checkpoint mapping of the model's family, asked of the model: this reader stands below
+    the families (a family's model uses it) and so knows none of them."""
+    family = of_model(model)
+    if family is None:
+        raise TypeError(f"load_weights needs a keras-vit model (ViT, Swin, Eva), got {type(model).__name__}.")
+    return family.checkpoint()
 
 
 _SAFETENSORS_DTYPES = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "BF16": "<u2", "I64": "<i8", "I32": "<i4"}

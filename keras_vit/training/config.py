@@ -296,11 +296,11 @@ def _names_a_pretrained_model(weights):
 def _take_pretrained_settings(values):
     """`--weights NAME`: the pretrained model's architecture and image size, unless given, and
     its normalisation (its config.json is read; the weights download when the run builds)."""
-    from keras_vit.model import pretrained
+    from keras_vit.model import pretrained, registry
     from keras_vit.model.hub_config import nearest_architecture
 
     name = values["weights"]
-    found = pretrained.read_hub_model(pretrained.resolve(name))
+    found = registry.read_hub_model(pretrained.resolve(name))
     # A timm repo names its architecture; a transformers one is built as the nearest named one.
     architecture = nearest_architecture(found)
     if values["model"] not in (None, architecture):

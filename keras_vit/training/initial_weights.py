@@ -3,7 +3,7 @@ before (a `.keras` file or run folder: fine-tune one run's model on another data
 
 import os
 
-from keras_vit.model import pretrained, weights
+from keras_vit.model import pretrained, registry, weights
 from keras_vit.model.formats import CHECKPOINT_SUFFIXES
 from keras_vit.storage.locate import locate
 from keras_vit.storage.run_folder import MODEL_FILE
@@ -71,7 +71,7 @@ def _pretrained_state(name, model):
     """(a pretrained model's weights as a state dict, whether its head is for other classes than
     the run's: a head of the same size would mean nothing)."""
     source = pretrained.resolve(name)
-    found = pretrained.read_hub_model(source)
+    found = registry.read_hub_model(source)
     state = weights.canonical_state(model, weights.read_checkpoint(source.weights()), source.name)
     class_names = found.class_names or pretrained.class_names_for(found.num_classes)
     return state, list(class_names or []) != list(getattr(model, "class_names", None) or [])

@@ -48,7 +48,8 @@ def lora_layers(model, targets):
     check_targets(family, targets)
     paths = [path for target in targets for path in family.lora_targets[target]]
     blocks = [model.get_layer(name) for name in family.block_names(model.get_config())]
-    return [_sublayer(block, path) for block in blocks for path in paths]
+    # A family's block may lack a path (an Eva's fused `qkv` or separate `q_proj`, `k_proj`, `v_proj`).
+    return [_sublayer(block, path) for block in blocks for path in paths if _has_sublayer(block, path)]
 
 
 def check_targets(family, targets):
@@ -108,6 +109,14 @@ def _sublayer(layer, path):
             if child.name == name
         )
     return layer
+
+
+def _has_sublayer(layer, path):
+    try:
+        _sublayer(layer, path)
+    except StopIteration:
+        return False
+    return True
 
 
 def _has_layer(model, name):

@@ -96,18 +96,22 @@ def test_a_transform_keras_vit_cannot_apply_is_refused_by_name(arguments, messag
 )  # fmt: skip
 def test_a_transformers_image_processor_is_read_as_its_transform(preprocessor, expected):
     from keras_vit.model.hub_config import read_config
+    from keras_vit.model.registry import FAMILIES
 
     config = {"model_type": "vit", "hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2,
               "intermediate_size": 64, "architectures": ["ViTModel"]}  # fmt: skip
-    found = read_config(config, "tests/any", preprocessor)
+    found = read_config(config, "tests/any", FAMILIES.values(), preprocessor)
     assert tuple(found.arguments[name] for name in ("crop_pct", "crop_mode", "interpolation")) == expected
 
 
 def test_a_timm_config_without_a_transform_gets_timms_defaults():
     """timm's `resolve_data_config`: crop_pct 0.875, centre crop, bicubic where a config says nothing."""
     from keras_vit.model.hub_config import read_config
+    from keras_vit.model.registry import FAMILIES
 
-    found = read_config({"architecture": "vit_tiny_patch16_224", "num_classes": 0}, "tests/any")
+    found = read_config(
+        {"architecture": "vit_tiny_patch16_224", "num_classes": 0}, "tests/any", FAMILIES.values()
+    )
     timms = timm.data.resolve_data_config({}, pretrained_cfg={"input_size": (3, 224, 224)})
     assert [found.arguments[name] for name in ("crop_pct", "crop_mode", "interpolation")] == [
         timms["crop_pct"],

@@ -3,7 +3,7 @@
 
 import keras
 
-from keras_vit.model.features import take_indices as stage_indices
+from keras_vit.model.family import take_indices as stage_indices
 
 
 def intermediates(model, images, indices=None, norm=False, **unused):

@@ -2,8 +2,9 @@
 
 import keras
 
-from keras_vit.model.family_model import FamilyModel, resolved_dtype, set_signature
-from keras_vit.model.layers import ImageNormalization, weight_initializer
+from keras_vit.model.family_model import FamilyModel, normalized, set_signature
+from keras_vit.model.layers import weight_initializer
+from keras_vit.model.swin import FAMILY
 from keras_vit.model.swin.architecture import Architecture
 from keras_vit.model.swin.layers import PatchMerging, SwinBlock, SwinPatchEmbedding
 
@@ -39,24 +40,18 @@ class Swin(FamilyModel):
         layer_norm_epsilon: float, default 1e-5 (PyTorch's LayerNorm default, which Swin uses).
     """
 
-    family = "swin"  # keras_vit.model.registry: what the rest of keras-vit asks about the model
+    family_spec = FAMILY  # what the rest of keras-vit asks about the model
+    family = FAMILY.name
     architecture_class = Architecture
 
     def __init__(self, dtype=None, **arguments):
-        keras_arguments = {key: arguments.pop(key) for key in ("name", "trainable") if key in arguments}
-        arch = Architecture(**arguments)  # checked, in normal form
-        dtype = resolved_dtype(dtype)
-        images = keras.Input(shape=arch.image_size + (arch.channels,), name="images")
-        x = images
-        if arch.image_mean is not None:
-            x = ImageNormalization(arch.image_mean, arch.image_std, dtype=dtype, name="normalization")(x)
+        arch, dtype, images, keras_arguments = self._prologue(dtype, arguments)
         x = SwinPatchEmbedding(
             arch.patch_size, arch.embed_dim, arch.layer_norm_epsilon, dtype=dtype, name="patch_embed"
-        )(x)
+        )(normalized(images, arch, dtype))
         x = _stages(x, arch, dtype)
         outputs = _head(x, arch, dtype)
-        super().__init__(inputs=images, outputs=outputs, **{"name": "swin", **keras_arguments})
-        self._keep_arguments(arch, dtype)
+        self._epilogue(images, outputs, arch, dtype, keras_arguments)
 
     def stage_layers(self, stage):
         """The layers of stage `stage`, in order: its patch merging (after the first), its blocks."""

@@ -14,7 +14,7 @@ SavedModel (`model.export(path)`: its `serve` signature returns one tensor per b
 import keras
 from keras import ops
 
-from keras_vit.model.features import take_indices as block_indices
+from keras_vit.model.family import take_indices as block_indices
 from keras_vit.model.vit.layers import PatchEncoder, TransformerBlock
 
 OUTPUTS = ("grid", "tokens")

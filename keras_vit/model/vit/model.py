@@ -2,8 +2,9 @@
 
 import keras
 
-from keras_vit.model.family_model import FamilyModel, resolved_dtype, set_signature
-from keras_vit.model.layers import ImageNormalization, weight_initializer
+from keras_vit.model.family_model import FamilyModel, normalized, set_signature
+from keras_vit.model.layers import weight_initializer
+from keras_vit.model.vit import FAMILY
 from keras_vit.model.vit.architecture import Architecture, pair
 from keras_vit.model.vit.layers import AttentionPoolLatent, PatchEncoder, TokenPooling, TransformerBlock
 from keras_vit.model.vit.pos_embed import resample_position_embeddings
@@ -113,19 +114,16 @@ class ViT(FamilyModel):
             reader applies it: predict, evaluate, verification, the exports and the apps.
     """
 
-    family = "vit"  # keras_vit.model.registry: what the rest of keras-vit asks about the model
+    family_spec = FAMILY  # what the rest of keras-vit asks about the model
+    family = FAMILY.name
     architecture_class = Architecture
 
     def __init__(self, dtype=None, **arguments):
-        keras_arguments = {key: arguments.pop(key) for key in ("name", "trainable") if key in arguments}
-        arch = Architecture(**arguments)  # checked, in normal form
-        dtype = resolved_dtype(dtype)
-        images = keras.Input(shape=arch.image_size + (arch.channels,), name="images")
+        arch, dtype, images, keras_arguments = self._prologue(dtype, arguments)
         tokens = _stem(images, arch, dtype)
         tokens = _blocks(tokens, arch, dtype)
         outputs = _head(tokens, arch, dtype)
-        super().__init__(inputs=images, outputs=outputs, **{"name": "vit", **keras_arguments})
-        self._keep_arguments(arch, dtype)
+        self._epilogue(images, outputs, arch, dtype, keras_arguments)
 
     @property
     def blocks(self):
@@ -139,9 +137,7 @@ set_signature(ViT)
 def _stem(images, arch, dtype):
     """Pixels to tokens: normalisation (when the model carries it), the patch projection, the
     prefix tokens and the position embeddings."""
-    x = images
-    if arch.image_mean is not None:
-        x = ImageNormalization(arch.image_mean, arch.image_std, dtype=dtype, name="normalization")(x)
+    x = normalized(images, arch, dtype)
     encoder = PatchEncoder(
         arch.patch_size,
         arch.hidden_dim,

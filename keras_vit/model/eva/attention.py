@@ -1,0 +1,50 @@
+"""Where an Eva looks: attention rollout from [cls] (or the patch mean, for a model pooled by
+averaging without one), as for the ViT (`keras_vit.model.vit.attention.rollout`), over an Eva's
+blocks, which take the rotary table beside the tokens.
+
+    maps = keras_vit.model.eva.attention.AttentionRollout(model)(images)["attention"]
+"""
+
+import keras
+from keras import ops
+
+from keras_vit.model.vit.attention import rollout
+
+
+def attention_scores(model, images, head):
+    """`(outputs, scores)`: the model's outputs and each block's attention weights, `(batch,
+    heads, tokens, tokens)`, first block first; `head`: the layers after the last block."""
+    x = images
+    if any(layer.name == "normalization" for layer in model.layers):
+        x = model.get_layer("normalization")(x)
+    x = model.get_layer("patch_embed")(x)
+    rope = model.get_layer("rope")(x) if model.use_rot_pos_emb else None
+    if model.use_pre_transformer_norm:
+        x = model.get_layer("norm_pre")(x)
+    scores = []
+    for block in model.blocks:
+        x, block_scores = block(x, rope=rope, training=False, return_attention_scores=True)
+        scores.append(block_scores)
+    return head(x, training=False), scores
+
+
+class AttentionRollout:
+    """Probabilities and attention-rollout maps of an Eva classifier, in one graph:
+    `AttentionRollout(model)(images)` returns `{"probabilities", "attention": (batch, rows, cols)}`."""
+
+    def __init__(self, model):
+        embed = model.get_layer("patch_embed")
+        self.grid_size = tuple(embed.grid_size)
+        self.num_prefix_tokens = embed.num_prefix_tokens
+        self.from_cls = embed.class_token and model.global_pool != "avg"
+        self.outputs_probabilities = model.classifier_activation == "softmax"
+        self.model = model
+        self.head = keras.Model(model.blocks[-1].output, model.output, name=f"{model.name}_head")
+
+    def __call__(self, images):
+        outputs, scores = attention_scores(self.model, images, self.head)
+        outputs = ops.cast(outputs, "float32")
+        return {
+            "probabilities": outputs if self.outputs_probabilities else ops.softmax(outputs, axis=-1),
+            "attention": rollout(scores, self.grid_size, self.num_prefix_tokens, from_cls=self.from_cls),
+        }
