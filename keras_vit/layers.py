@@ -9,6 +9,8 @@ from keras_vit.model.vit.layers import (
     MultiHeadSelfAttention,
     PatchEncoder,
     Patches,
+    RelativePositionBias,
+    ResPostBlock,
     TokenPooling,
     TransformerBlock,
 )
@@ -20,6 +22,8 @@ __all__ = [
     "PatchEncoder",
     "PatchMerging",
     "Patches",
+    "RelativePositionBias",
+    "ResPostBlock",
     "SwinBlock",
     "SwinPatchEmbedding",
     "TokenPooling",

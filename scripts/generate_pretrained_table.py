@@ -3,9 +3,9 @@ timm's ViT entry points, from the installed timm.
 
     .venv/bin/python scripts/generate_pretrained_table.py
 
-First the keyword arguments each entry point of timm's `vision_transformer` and `deit` modules
-gives its model (`tables/timm_vit_entry_points.json`, its parts by name, as
-`keras_vit.model.vit.timm_args` reads them): keras-vit builds every one whose parts it has, by its
+First the keyword arguments each entry point of timm's `vision_transformer`, `deit` and
+`vision_transformer_relpos` modules gives its model (`tables/timm_vit_entry_points.json`, its parts
+by name, as `keras_vit.model.vit.timm_args` reads them): keras-vit builds every one whose parts it has, by its
 timm name. Then, for every architecture keras-vit builds, of every family, that timm has
 (`keras_vit.list_models()` and `timm.list_models()`), every tag timm has weights for on a hub: its
 repo, input size, class count, label set, and the normalisation, evaluation transform and licence
@@ -16,6 +16,7 @@ after upgrading timm, and commit what it writes; keras-vit reads these files, ne
 
 import functools
 import gzip
+import inspect
 import json
 import os
 import sys
@@ -31,11 +32,26 @@ from timm.layers import mlp as timm_mlp  # noqa: E402
 from timm.layers import norm as timm_norm  # noqa: E402
 from timm.models import deit, get_pretrained_cfg  # noqa: E402
 from timm.models import vision_transformer as timm_vit  # noqa: E402
+from timm.models import vision_transformer_relpos as timm_relpos  # noqa: E402
 
 TABLES = os.path.join(ROOT, "keras_vit", "model", "tables")
 ENTRY_POINTS_FILE = "timm_vit_entry_points.json"
-# timm's modules whose entry points build a `VisionTransformer` (DeiT's distilled one too).
-VIT_MODULES = ("vision_transformer", "deit")
+# timm's modules whose entry points build a `VisionTransformer` (DeiT's distilled one too) or a
+# `VisionTransformerRelPos`.
+VIT_MODULES = ("vision_transformer", "deit", "vision_transformer_relpos")
+# `VisionTransformerRelPos`' keyword arguments whose defaults differ from `VisionTransformer`'s, or
+# that it alone has: written out for each of its entry points, with the class's defaults.
+RELPOS_ARGUMENTS = (
+    "global_pool",
+    "init_values",
+    "class_token",
+    "fc_norm",
+    "qkv_bias",
+    "rel_pos_type",
+    "rel_pos_dim",
+    "shared_rel_pos",
+    "block_fn",
+)
 # The pretrained_cfg fields each tag's entry carries.
 PRETRAINED_FIELDS = ("mean", "std", "crop_pct", "crop_mode", "interpolation", "license")
 
@@ -51,9 +67,21 @@ def entry_point_kwargs(name):
     def model_class(**kwargs):
         raise _Captured(kwargs)
 
-    saved = (timm_vit.VisionTransformer, deit.VisionTransformer, deit.VisionTransformerDistilled)
+    relpos_defaults = inspect.signature(timm_relpos.VisionTransformerRelPos.__init__).parameters
+    relpos_defaults = {key: relpos_defaults[key].default for key in RELPOS_ARGUMENTS}
+
+    def relpos_class(**kwargs):
+        raise _Captured({**relpos_defaults, **kwargs})
+
+    saved = (
+        timm_vit.VisionTransformer,
+        deit.VisionTransformer,
+        deit.VisionTransformerDistilled,
+        timm_relpos.VisionTransformerRelPos,
+    )
     timm_vit.VisionTransformer = deit.VisionTransformer = model_class
     deit.VisionTransformerDistilled = functools.partial(model_class, distilled=True)
+    timm_relpos.VisionTransformerRelPos = relpos_class
     try:
         timm.create_model(name, pretrained=False)
     except _Captured as captured:
@@ -61,7 +89,12 @@ def entry_point_kwargs(name):
     else:
         raise RuntimeError(f"timm's {name} builds no VisionTransformer")
     finally:
-        timm_vit.VisionTransformer, deit.VisionTransformer, deit.VisionTransformerDistilled = saved
+        (
+            timm_vit.VisionTransformer,
+            deit.VisionTransformer,
+            deit.VisionTransformerDistilled,
+            timm_relpos.VisionTransformerRelPos,
+        ) = saved
     kwargs.pop("num_classes", None)  # the tag's, not the architecture's
     return {key: _named(key, value) for key, value in kwargs.items()}
 

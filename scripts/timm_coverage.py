@@ -29,7 +29,6 @@ MODULES = ("vision_transformer", "deit", "vision_transformer_hybrid", "vision_tr
 # The modules keras-vit builds no model of, and why.
 NOT_BUILT = {
     "vision_transformer_hybrid": "a hybrid ViT (a ResNet or other CNN stem): keras-vit builds none",
-    "vision_transformer_relpos": "a ViT with relative position biases: keras-vit builds none",
 }
 
 

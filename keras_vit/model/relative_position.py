@@ -39,10 +39,14 @@ def relative_log_coords(window):
     return (np.sign(coords) * np.log1p(np.abs(coords))).astype(np.float32)
 
 
-def resize_bias_table(table, new_window, old_window=None):
+def resize_bias_table(table, new_window, old_window=None, extra_entries=0):
     """`table` ((2h - 1)(2w - 1), heads) for `old_window` (by default the square its size
-    implies) resampled for `new_window` (h, w)."""
+    implies) resampled for `new_window` (h, w). Its last `extra_entries` rows (a [cls] token's,
+    `relative_position_index(class_token=True)`) are kept as they are."""
     table = np.asarray(table, dtype=np.float32)
+    if extra_entries:
+        resized = resize_bias_table(table[:-extra_entries], new_window, old_window)
+        return np.concatenate([resized, table[-extra_entries:]], axis=0)
     new_size = (2 * new_window[0] - 1, 2 * new_window[1] - 1)
     if old_window is not None:
         old_size = (2 * old_window[0] - 1, 2 * old_window[1] - 1)

@@ -12,6 +12,8 @@ from keras_vit.model.vit.layers import (
     MultiHeadSelfAttention,
     PatchEncoder,
     Patches,
+    RelativePositionBias,
+    ResPostBlock,
     TokenPooling,
     TransformerBlock,
 )
@@ -126,6 +128,22 @@ LAYERS = [
     (ImageNormalization, dict(mean=[0.1, 0.2, 0.3], std=[0.5, 0.6, 0.7])),
     (Patches, dict(patch_size=4)),
     (PatchEncoder, dict(patch_size=4, hidden_dim=16, dropout=0.1, projection_bias=False)),
+    (PatchEncoder, dict(patch_size=4, hidden_dim=16, position_embedding=False)),
+    (
+        RelativePositionBias,
+        dict(kind="mlp", grid_size=[2, 3], num_heads=2, num_prefix_tokens=1, hidden_dim=8),
+    ),
+    (RelativePositionBias, dict(kind="table", grid_size=[3, 3], num_heads=2, num_prefix_tokens=1)),
+    (
+        ResPostBlock,
+        dict(
+            hidden_dim=16,
+            num_heads=2,
+            mlp_dim=32,
+            layer_scale=1e-6,
+            position_bias=dict(kind="table", grid_size=[2, 2], num_prefix_tokens=0, hidden_dim=128),
+        ),
+    ),
     (DropPath, dict(rate=0.2, seed=7)),
     (
         MultiHeadSelfAttention,
@@ -179,6 +197,9 @@ def test_layers_survive_a_keras_round_trip(tmp_path):
     x = PatchEncoder(4, 16, dropout=0.1)(inputs)
     x = TransformerBlock(16, 2, 32, drop_path_rate=0.1)(x)
     x = TransformerBlock(16, 2, 32, activation="silu", mlp="swiglu", qkv_bias=False)(x)
+    x = TransformerBlock(16, 2, 32, position_bias=dict(kind="mlp", grid_size=[4, 4], num_prefix_tokens=1))(x)
+    shared = RelativePositionBias("table", (4, 4), 2, num_prefix_tokens=1)(x)
+    x = ResPostBlock(16, 2, 32, layer_scale=0.5)(x, position_bias=shared)
     pooled = TokenPooling("gap")(x)
     attention_pooled = AttentionPoolLatent(16, 2, 32, num_prefix_tokens=1)(x)
     patches = Patches(4)(inputs)

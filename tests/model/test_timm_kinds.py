@@ -39,6 +39,18 @@ KINDS = [
     ("no proj bias, no final norm", "vit_small_patch16_224.augreg_in21k_ft_in1k",
      dict(proj_bias=False, final_norm=False), 160),
     ("unpooled", "vit_small_patch16_224.augreg_in21k_ft_in1k", dict(global_pool="", num_classes=0), 160),
+    # Relative positions (timm's vision_transformer_relpos): no position embeddings, a bias in each
+    # block's attention, LayerScale; RelPosMlp's, mean-pooled with fc_norm; with a [cls] token;
+    # RelPosBias' table with a [cls] token, mean-pooled (clsgap); shared by every block (srelpos);
+    # post-norm blocks (rpn), with a table at patch 32; and VisionTransformer's own ResPostBlock.
+    ("relpos mlp", "vit_relpos_small_patch16_224.sw_in1k", {}, 160),
+    ("relpos cls token", "vit_relpos_medium_patch16_cls_224.sw_in1k", {}, 192),
+    ("relpos table, clsgap", "vit_relpos_base_patch16_clsgap_224.sw_in1k", dict(rel_pos_type="bias"), 160),
+    ("relpos shared", "vit_srelpos_small_patch16_224.sw_in1k", dict(rel_pos_dim=32), 160),
+    ("relpos post-norm", "vit_relpos_medium_patch16_rpn_224.sw_in1k", {}, 160),
+    ("relpos post-norm table", "vit_relpos_base_patch32_plus_rpn_256.sw_in1k",
+     dict(rel_pos_type="bias"), 224),
+    ("post-norm", "vit_base_patch16_rpn_224.sw_in1k", {}, 160),
 ]  # fmt: skip
 
 
@@ -61,10 +73,12 @@ def kind(request):
     model_args = dict(SMALL, **extra)
     torch.manual_seed(0)
     reference = timm.create_model(tag, pretrained=False, **model_args)
-    with torch.no_grad():  # random LayerScale, latent and norms, so each weight shows in the outputs
+    with torch.no_grad():  # random LayerScale, latent, norms and bias tables, so each shows
         for key, parameter in reference.named_parameters():
             if key.endswith(("gamma", "latent")) or "norm" in key:
                 parameter.copy_(torch.randn_like(parameter) * 0.5 + (1 if "weight" in key else 0))
+            elif key.endswith("relative_position_bias_table"):
+                parameter.copy_(torch.randn_like(parameter))
     folder = HUB.repo_folder(f"timm/{tag}")
     shutil.rmtree(folder, ignore_errors=True)
     save_for_hf(reference, folder, model_args=model_args)
@@ -116,8 +130,10 @@ def test_each_kind_survives_a_keras_round_trip(kind, hub_cache, tmp_path):
         dict(
             mlp="swiglu", qkv_bias=False, proj_bias=False, final_norm=False, pooling="gap", class_token=False
         ),
+        dict(position_bias="mlp", pooling="gap", norm_before_pooling=False, layer_scale=1e-6),  # relpos
+        dict(position_bias="table", shared_position_bias=True, block="res_post", pooling="gap"),
     ],
-    ids=["clip", "siglip", "dinov2-g", "swiglu"],
+    ids=["clip", "siglip", "dinov2-g", "swiglu", "relpos", "srelpos-table-rpn"],
 )
 def test_each_part_exports_to_tflite_with_builtin_ops_only_and_the_same_outputs(parts):
     from ai_edge_litert.interpreter import Interpreter
@@ -141,7 +157,7 @@ def test_each_part_exports_to_tflite_with_builtin_ops_only_and_the_same_outputs(
 
 # keras-vit resolved this many of timm 1.0.31's pretrained ViT tags when the coverage script was
 # written (scripts/timm_coverage.py); a change that resolves fewer fails here.
-RESOLVED_AT_LEAST = 278
+RESOLVED_AT_LEAST = 288
 
 
 def test_the_tags_keras_vit_resolves_by_name_do_not_drop_and_each_other_one_has_a_reason():
@@ -201,6 +217,10 @@ def test_each_kinds_block_features_are_timms(kind, hub_cache):
         (dict(mlp="glu"), r"mlp must be one of 'mlp', 'swiglu', 'swiglu_packed', got 'glu'"),
         (dict(mlp="swiglu_packed", mlp_dim=63), r"halves fc1's 63 outputs: give an even mlp_dim"),
         (dict(pooling="token", class_token=False), r"set class_token=True or pooling='gap'"),
+        (dict(block="post_norm"), r"block must be one of 'pre_norm', 'res_post', got 'post_norm'"),
+        (dict(position_bias="rope"), r"position_bias must be one of None, 'mlp', 'table', got 'rope'"),
+        (dict(shared_position_bias=True), r"shared_position_bias shares a relative position bias"),
+        (dict(position_bias="table", register_tokens=1), r"'table' has entries for one \[cls\] token, not 2"),
     ],
 )
 def test_a_wrong_part_is_a_value_error_naming_it_and_the_choices(arguments, message):
@@ -250,11 +270,18 @@ def test_a_tag_by_name_builds_its_own_architecture_from_a_repo_another_tag_share
 
 @pytest.mark.parametrize(
     "name",
-    ["vit_base_patch16_siglip_224", "vit_base_patch16_clip_quickgelu_224", "vit_giant_patch14_dinov2"],
+    [
+        "vit_base_patch16_siglip_224",
+        "vit_base_patch16_clip_quickgelu_224",
+        "vit_giant_patch14_dinov2",
+        "vit_relpos_medium_patch16_cls_224",
+        "vit_srelpos_small_patch16_224",
+        "vit_relpos_base_patch32_plus_rpn_256",
+    ],
 )
 def test_each_kinds_parameters_and_forward_flops_equal_timms(name):
     """Counted on timm's full-size model on PyTorch's meta device (shapes only): the attention
-    pooling, pre-norm and SwiGLU included."""
+    pooling, pre-norm, SwiGLU and the relative position biases' MLPs included."""
     from torch.utils.flop_counter import FlopCounterMode
 
     with torch.device("meta"):

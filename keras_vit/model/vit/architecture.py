@@ -16,6 +16,12 @@ POOLINGS = ("token", "gap", "map", "none")
 # The MLP's activation (timm's `act_layer`) and kind (timm's `mlp_layer`: Mlp, SwiGLU, SwiGLUPacked).
 ACTIVATIONS = ("gelu", "gelu_tanh", "quick_gelu", "silu")
 MLPS = ("mlp", "swiglu", "swiglu_packed")
+# The block (timm's `block_fn`): pre-norm (`Block`, `RelPosBlock`) or post-norm (`ResPostBlock`,
+# `ResPostRelPosBlock`).
+BLOCKS = ("pre_norm", "res_post")
+# The relative position bias in place of absolute position embeddings (timm's `rel_pos_type` of
+# `VisionTransformerRelPos`): none, `RelPosMlp` or `RelPosBias`.
+POSITION_BIASES = (None, "mlp", "table")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,6 +61,10 @@ class Architecture:
     final_norm: bool = True
     activation: str = "gelu"
     mlp: str = "mlp"
+    block: str = "pre_norm"
+    position_bias: str | None = None
+    position_bias_dim: int = 128
+    shared_position_bias: bool = False
     # How images are brought to image_size at evaluation (keras_vit.model.transform).
     crop_pct: float = DEFAULT_TRANSFORM.crop_pct
     crop_mode: str = DEFAULT_TRANSFORM.crop_mode
@@ -84,6 +94,7 @@ class Architecture:
             "proj_bias",
             "pre_norm",
             "final_norm",
+            "shared_position_bias",
         ):
             put(name, bool(getattr(self, name)))
         if self.norm_before_pooling is not None:
@@ -105,7 +116,14 @@ class Architecture:
             )
         if self.class_names is not None and len(self.class_names) != self.num_classes:
             raise ValueError(f"{len(self.class_names)} class_names given for num_classes={self.num_classes}.")
-        for name, choices in (("pooling", POOLINGS), ("activation", ACTIVATIONS), ("mlp", MLPS)):
+        check_positive_int(self.position_bias_dim, "position_bias_dim")
+        for name, choices in (
+            ("pooling", POOLINGS),
+            ("activation", ACTIVATIONS),
+            ("mlp", MLPS),
+            ("block", BLOCKS),
+            ("position_bias", POSITION_BIASES),
+        ):
             if getattr(self, name) not in choices:
                 raise ValueError(
                     f"{name} must be one of {', '.join(map(repr, choices))}, got {getattr(self, name)!r}."
@@ -113,6 +131,13 @@ class Architecture:
         if self.mlp == "swiglu_packed" and self.mlp_dim % 2:
             raise ValueError(
                 f"mlp='swiglu_packed' halves fc1's {self.mlp_dim} outputs: give an even mlp_dim."
+            )
+        if self.shared_position_bias and self.position_bias is None:
+            raise ValueError("shared_position_bias shares a relative position bias: set position_bias too.")
+        if self.position_bias == "table" and self.prefix_tokens > 1:
+            raise ValueError(
+                f"position_bias='table' has entries for one [cls] token, "
+                f"not {self.prefix_tokens} prefix tokens."
             )
         if self.pooling == "token" and not self.class_token:
             raise ValueError("pooling='token' takes the [cls] token: set class_token=True or pooling='gap'.")
@@ -136,8 +161,12 @@ class Architecture:
         return self.pooling == "gap" if self.norm_before_pooling is None else not self.norm_before_pooling
 
     @property
+    def grid_size(self):
+        return (self.image_size[0] // self.patch_size, self.image_size[1] // self.patch_size)
+
+    @property
     def num_patches(self):
-        return (self.image_size[0] // self.patch_size) * (self.image_size[1] // self.patch_size)
+        return self.grid_size[0] * self.grid_size[1]
 
     def config(self):
         """The arguments as a JSON-ready dict (`ViT.get_config`)."""

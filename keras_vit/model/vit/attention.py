@@ -13,7 +13,7 @@ same graph exports to TFLite with builtin ops only.
 import keras
 from keras import ops
 
-from keras_vit.model.vit.layers import PatchEncoder, TransformerBlock
+from keras_vit.model.vit.layers import PatchEncoder, RelativePositionBias, TransformerBlock
 
 
 def attention_scores(model, images, head=None):
@@ -33,10 +33,13 @@ def attention_scores(model, images, head=None):
         raise ValueError(f"{model.name} has no TransformerBlock layers, so it has no attention to show.")
     x = images
     scores = []
+    shared = None  # a relative position bias all blocks share, computed before the first
     for layer in model.layers[1 : model.layers.index(blocks[-1]) + 1]:  # after the InputLayer
         if isinstance(layer, TransformerBlock):
-            x, block_scores = layer(x, training=False, return_attention_scores=True)
+            x, block_scores = layer(x, training=False, return_attention_scores=True, position_bias=shared)
             scores.append(block_scores)
+        elif isinstance(layer, RelativePositionBias):
+            shared = layer(x, training=False)
         else:
             x = layer(x, training=False)
     head = head or head_model(model)

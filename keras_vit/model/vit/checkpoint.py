@@ -10,6 +10,7 @@ import re
 
 import numpy as np
 
+from keras_vit.model.relative_position import resize_bias_table
 from keras_vit.model.state import CONV, CheckpointMismatchError, linear, norm
 from keras_vit.model.vit.pos_embed import resample_position_embeddings
 
@@ -69,6 +70,8 @@ def fit(key, value, model, source):
     encoder = _encoder(model)
     if key == "pos_embed":
         return _fit_position_embeddings(value, encoder, source)
+    if key.endswith("relative_position_bias_table"):
+        return _fit_bias_table(value, encoder.grid_size, encoder.num_prefix_tokens, source)
     if key == "patch_embed.proj.weight" and value.ndim == 4 and encoder.projection.kernel.shape[2] == 1:
         return value.sum(axis=1, keepdims=True) if value.shape[1] == 3 else value
     return value
@@ -199,7 +202,8 @@ def _targets(model, encoder, final_norm_key):
     targets = [("patch_embed.proj.weight", encoder.projection.kernel, CONV)]
     if encoder.projection_bias:
         targets.append(("patch_embed.proj.bias", encoder.projection.bias, None))
-    targets.append(("pos_embed", encoder.position_embedding, None))
+    if encoder.position_embedding is not None:
+        targets.append(("pos_embed", encoder.position_embedding, None))
     for key, present in (
         ("cls_token", "class_token"),
         ("dist_token", "distillation_token"),
@@ -209,21 +213,32 @@ def _targets(model, encoder, final_norm_key):
             targets.append((key, getattr(encoder, key), None))
     if model.pre_norm:
         targets += norm(model.get_layer("norm_pre"), "norm_pre")
+    if model.shared_position_bias:
+        targets += _position_bias_targets(model.get_layer("position_bias"), "shared_rel_pos")
     for i, block in enumerate(model.blocks):
         p = f"blocks.{i}"
         targets += norm(block.norm1, f"{p}.norm1")
+        if block.attention.rel_pos is not None:
+            targets += _position_bias_targets(block.attention.rel_pos, f"{p}.attn.rel_pos")
         targets += linear(block.attention.qkv, f"{p}.attn.qkv", bias=block.qkv_bias)
         targets += linear(block.attention.proj, f"{p}.attn.proj", bias=block.proj_bias)
         targets += norm(block.norm2, f"{p}.norm2")
         for layer in [*block.mlp_hidden_layers, block.fc2]:
             targets += linear(layer, f"{p}.mlp.{layer.name}", bias=block.proj_bias)
-        if block.layer_scale is not None:
+        if block.has_layer_scale:
             targets += [(f"{p}.ls1.gamma", block.ls1, None), (f"{p}.ls2.gamma", block.ls2, None)]
     if model.final_norm:
         targets += norm(model.get_layer("norm"), final_norm_key)
     if model.pooling == "map":
         targets += _attention_pool_targets(model.get_layer("pooling"), "attn_pool")
     return targets
+
+
+def _position_bias_targets(bias, prefix):
+    """timm's `RelPosMlp` (`mlp.fc1`, `mlp.fc2`) or `RelPosBias` (its table) keys."""
+    if bias.kind == "table":
+        return [(f"{prefix}.relative_position_bias_table", bias.relative_position_bias_table, None)]
+    return linear(bias.bias_fc1, f"{prefix}.mlp.fc1") + linear(bias.bias_fc2, f"{prefix}.mlp.fc2")
 
 
 def _attention_pool_targets(pool, prefix):
@@ -238,6 +253,19 @@ def _attention_pool_targets(pool, prefix):
     ):
         targets += linear(layer, f"{prefix}.{key}")
     return targets + norm(pool.norm, f"{prefix}.norm")
+
+
+def _fit_bias_table(table, grid, num_prefix_tokens, source):
+    """A relative position bias table resized to the model's patch grid when its size differs, as
+    timm's `checkpoint_filter_fn` (its [cls] token's three entries kept)."""
+    extra = 3 * num_prefix_tokens
+    if table.ndim != 2 or table.shape[0] == (2 * grid[0] - 1) * (2 * grid[1] - 1) + extra:
+        return table
+    logger.info("%s: resizing a relative position bias table to a %dx%d patch grid.", source, *grid)
+    try:
+        return resize_bias_table(table, grid, extra_entries=extra)
+    except ValueError as error:
+        raise CheckpointMismatchError(f"{source}: {error}") from None
 
 
 def _fit_position_embeddings(pos_embed, encoder, source):

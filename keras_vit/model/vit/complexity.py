@@ -35,20 +35,41 @@ def _attention_pool(a):
     return parameters, macs
 
 
+def _position_bias(a):
+    """(parameters, multiply-accumulates) of one relative position bias: timm's `RelPosMlp` runs
+    its MLP on every offset of the grid; `RelPosBias` is a table."""
+    rows, cols = a.grid_size
+    offsets = (2 * rows - 1) * (2 * cols - 1)
+    if a.position_bias == "table":
+        return (offsets + 3 * a.prefix_tokens) * a.num_heads, 0
+    hidden, heads = a.position_bias_dim, a.num_heads
+    weights = 2 * hidden + hidden * heads
+    return weights + hidden + heads, offsets * weights
+
+
+def _position_biases(a):
+    """How many relative position biases the model computes: one per block, one shared or none."""
+    if a.position_bias is None:
+        return 0
+    return 1 if a.shared_position_bias else a.depth
+
+
 def parameter_count(a):
     """Number of weights of a ViT's `Architecture`."""
     d, m, p, c = a.hidden_dim, a.mlp_dim, a.patch_size, a.channels
     prefix = a.prefix_tokens
     position_tokens = a.num_patches + (prefix if a.cls_position_embedding else 0)
+    if a.position_bias is not None:
+        position_tokens = 0  # a relative position bias instead
     embed = p * p * c * d + (0 if a.pre_norm else d) + prefix * d + position_tokens * d
     widths, into_fc2 = _MLP_SHAPES[a.mlp]
     mlp_biases = widths * m + d if a.proj_bias else 0
     attention = d * 3 * d + (3 * d if a.qkv_bias else 0) + d * d + (d if a.proj_bias else 0)
     block = 2 * 2 * d + attention + _mlp_macs(a, 1)[0] + mlp_biases
-    if a.layer_scale is not None:
+    if a.layer_scale is not None and a.block == "pre_norm":  # post-norm: the norms' initial scale
         block += 2 * d
     norms = 2 * d * (int(a.pre_norm) + int(a.final_norm))
-    total = embed + a.depth * block + norms
+    total = embed + a.depth * block + norms + _position_biases(a) * _position_bias(a)[0]
     if a.pooling == "map":
         total += _attention_pool(a)[0]
     features = d
@@ -67,7 +88,7 @@ def forward_flops(a):
     t = n + a.prefix_tokens
     macs = n * p * p * c * d
     per_block = t * d * 3 * d + 2 * t * t * d + t * d * d + _mlp_macs(a, t)[1]
-    macs += a.depth * per_block
+    macs += a.depth * per_block + _position_biases(a) * _position_bias(a)[1]
     if a.pooling == "map":
         macs += _attention_pool(a)[1]
     features = d

@@ -11,6 +11,7 @@ from keras import ops
 
 from keras_vit.model.checks import check_positive_int, check_rate
 from keras_vit.model.layers import Block, DropPath, weight_initializer
+from keras_vit.model.relative_position import relative_log_coords, relative_position_index
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -122,6 +123,9 @@ class PatchEncoder(keras.layers.Layer):
             tokens ("Vision Transformers Need Registers", Darcet et al. 2024).
         projection_bias: bool, default True. Whether the patch projection has a bias (CLIP's,
             followed by a LayerNorm, has none).
+        position_embedding: bool, default True. False: no absolute position embeddings (a ViT
+            whose attention has relative position biases instead, timm's
+            `VisionTransformerRelPos`).
     """
 
     def __init__(
@@ -134,6 +138,7 @@ class PatchEncoder(keras.layers.Layer):
         class_token=True,
         register_tokens=0,
         projection_bias=True,
+        position_embedding=True,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -153,6 +158,7 @@ class PatchEncoder(keras.layers.Layer):
         self.class_token = bool(class_token)
         self.register_tokens = int(register_tokens)
         self.projection_bias = bool(projection_bias)
+        self.has_position_embedding = bool(position_embedding)
         # Tokens before the patch tokens: [cls], DeiT's distillation token, the registers.
         self.num_prefix_tokens = self.class_token + self.distillation_token + self.register_tokens
         # Prefix tokens that have a position embedding (before the grid's embeddings).
@@ -199,11 +205,13 @@ class PatchEncoder(keras.layers.Layer):
                 initializer=keras.initializers.RandomNormal(stddev=1e-6),
                 name="dist_token",
             )
-        self.position_embedding = self.add_weight(
-            shape=(1, self.num_patches + self.position_prefix_tokens, self.hidden_dim),
-            initializer=weight_initializer(),
-            name="position_embedding",
-        )
+        self.position_embedding = None
+        if self.has_position_embedding:
+            self.position_embedding = self.add_weight(
+                shape=(1, self.num_patches + self.position_prefix_tokens, self.hidden_dim),
+                initializer=weight_initializer(),
+                name="position_embedding",
+            )
 
     def call(self, images, training=None):
         if tuple(images.shape[1:3]) != self.image_size:
@@ -223,6 +231,9 @@ class PatchEncoder(keras.layers.Layer):
             ops.broadcast_to(ops.cast(token, x.dtype), (batch, token.shape[1], self.hidden_dim))
             for token in tokens
         ]
+        if self.position_embedding is None:
+            x = ops.concatenate([*prefix, x], axis=1) if prefix else x
+            return self.dropout_layer(x, training=training)
         position_embedding = ops.cast(self.position_embedding, x.dtype)
         if self.cls_position_embedding:
             x = ops.concatenate([*prefix, x], axis=1) + position_embedding
@@ -246,6 +257,7 @@ class PatchEncoder(keras.layers.Layer):
                 "class_token": self.class_token,
                 "register_tokens": self.register_tokens,
                 "projection_bias": self.projection_bias,
+                "position_embedding": self.has_position_embedding,
             }
         )
         return config
@@ -270,13 +282,126 @@ def fused_attention_applies(attention_dropout, training, return_attention_scores
     return keras.backend.backend() == "jax"
 
 
-def fused_attention(q, k, v, num_heads, scale):
-    """softmax(q k^T * scale) v over `(batch, tokens, width)` projections, heads split from the
-    width as timm splits them; returns `(batch, tokens, width)`."""
+def fused_attention(q, k, v, num_heads, scale, bias=None):
+    """softmax(q k^T * scale + bias) v over `(batch, tokens, width)` projections, heads split from
+    the width as timm splits them; returns `(batch, tokens, width)`."""
     batch_tokens_heads = (-1, q.shape[1] if q.shape[1] is not None else ops.shape(q)[1], num_heads)
     heads = [ops.reshape(t, batch_tokens_heads + (t.shape[-1] // num_heads,)) for t in (q, k, v)]
-    out = ops.dot_product_attention(*heads, scale=scale, flash_attention=False)
+    if bias is not None:
+        bias = ops.cast(bias, q.dtype)
+    out = ops.dot_product_attention(*heads, bias=bias, scale=scale, flash_attention=False)
     return ops.reshape(out, ops.shape(q))
+
+
+# The kinds of relative position bias (`ViT(position_bias=...)`, timm's `rel_pos_type`): "mlp",
+# timm's `RelPosMlp` (an MLP of the log-spaced offsets, its "cr" mode), and "table", timm's
+# `RelPosBias` (a learned table indexed by the offsets, BEiT's and the Swin's).
+POSITION_BIASES = ("mlp", "table")
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class RelativePositionBias(keras.layers.Layer):
+    """A relative position bias over a grid of patch tokens, added to every head's attention
+    scores before the softmax (timm's `RelPosMlp` and `RelPosBias`, `vision_transformer_relpos`).
+
+    Called on the tokens (for its place in the graph; their values are not read), it returns the
+    `(1, heads, tokens, tokens)` float32 bias of each pair of tokens: a function of the pair's
+    offset on the grid `(dy, dx)`, computed from the weights alone, so that it is the same for
+    every image. Kinds:
+
+    - `"mlp"` (timm's `RelPosMlp`, its default "cr" mode): `sign(d) log(1 + |d|)` of each offset
+      through `bias_fc1` (ReLU, dropout 0.125 in training, as timm's) and `bias_fc2`; the prefix
+      tokens' pairs get no bias. Its weights fit any grid.
+    - `"table"` (timm's `RelPosBias`): a learned `relative_position_bias_table` of
+      `(2 rows - 1)(2 cols - 1)` offsets, plus BEiT's three entries for a [cls] token (its row,
+      its column, itself); a checkpoint's table is resized to another grid as timm resizes it.
+
+    Args:
+        kind: `"mlp"` or `"table"`.
+        grid_size: (rows, cols) of the patch grid.
+        num_heads: int. One bias per head.
+        num_prefix_tokens: int, default 0. Tokens before the patches ([cls]; at most one for
+            `"table"`, as timm's).
+        hidden_dim: int, default 128. The MLP's width (timm's `rel_pos_dim`).
+    """
+
+    def __init__(self, kind, grid_size, num_heads, num_prefix_tokens=0, hidden_dim=128, **kwargs):
+        super().__init__(**kwargs)
+        if kind not in POSITION_BIASES:
+            choices = ", ".join(map(repr, POSITION_BIASES))
+            raise ValueError(f"position_bias must be one of {choices}, got {kind!r}.")
+        check_positive_int(num_heads, "num_heads")
+        check_positive_int(hidden_dim, "hidden_dim")
+        if kind == "table" and num_prefix_tokens > 1:
+            raise ValueError(
+                f"A bias table has entries for one [cls] token, not {num_prefix_tokens} prefix tokens."
+            )
+        # === Config ===
+        self.kind = kind
+        self.grid_size = tuple(int(side) for side in grid_size)
+        self.num_heads = num_heads
+        self.num_prefix_tokens = int(num_prefix_tokens)
+        self.hidden_dim = hidden_dim
+
+        rows, cols = self.grid_size
+        self.num_offsets = (2 * rows - 1) * (2 * cols - 1)
+        self.tokens = rows * cols + self.num_prefix_tokens
+        if kind == "mlp":
+            self.index = relative_position_index(self.grid_size).reshape(-1)
+            self.coords = relative_log_coords(self.grid_size).reshape(-1, 2)
+            self.bias_fc1 = keras.layers.Dense(
+                hidden_dim, activation="relu", dtype=self.dtype_policy, name="bias_fc1"
+            )
+            self.bias_dropout = keras.layers.Dropout(0.125, dtype=self.dtype_policy, name="bias_dropout")
+            self.bias_fc2 = keras.layers.Dense(num_heads, dtype=self.dtype_policy, name="bias_fc2")
+        else:
+            self.index = relative_position_index(self.grid_size, class_token=self.num_prefix_tokens > 0)
+            self.index = self.index.reshape(-1)
+
+    def build(self, input_shape):
+        if self.kind == "mlp":
+            self.bias_fc1.build((self.num_offsets, 2))
+            self.bias_fc2.build((self.num_offsets, self.hidden_dim))
+        else:
+            self.relative_position_bias_table = self.add_weight(
+                shape=(self.num_offsets + 3 * self.num_prefix_tokens, self.num_heads),
+                initializer=keras.initializers.TruncatedNormal(stddev=0.02),
+                name="relative_position_bias_table",
+                autocast=False,  # added to the float32 scores: never rounded to float16 first
+            )
+
+    def call(self, x, training=None):
+        if self.kind == "mlp":
+            hidden = self.bias_dropout(self.bias_fc1(ops.convert_to_tensor(self.coords)), training=training)
+            table = ops.cast(self.bias_fc2(hidden), "float32")
+            patches = self.tokens - self.num_prefix_tokens
+        else:
+            table, patches = self.relative_position_bias_table, self.tokens
+        bias = ops.take(table, ops.convert_to_tensor(self.index), axis=0)
+        bias = ops.transpose(ops.reshape(bias, (patches, patches, self.num_heads)), (2, 0, 1))
+        if patches != self.tokens:  # the MLP's: no bias for the prefix tokens' pairs
+            prefix = self.num_prefix_tokens
+            bias = ops.pad(bias, ((0, 0), (prefix, 0), (prefix, 0)))
+        return ops.expand_dims(bias, 0)
+
+    def compute_output_shape(self, input_shape):
+        return (1, self.num_heads, self.tokens, self.tokens)
+
+    def compute_output_spec(self, x, training=None):
+        return keras.KerasTensor(self.compute_output_shape(x.shape), dtype="float32")
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "kind": self.kind,
+                "grid_size": list(self.grid_size),
+                "num_heads": self.num_heads,
+                "num_prefix_tokens": self.num_prefix_tokens,
+                "hidden_dim": self.hidden_dim,
+            }
+        )
+        return config
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -293,6 +418,10 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         dropout: float, default 0. Dropout after the output projection.
         qkv_bias: bool, default True. Whether `qkv` has a bias.
         proj_bias: bool, default True. Whether `proj` has a bias.
+        position_bias: None (default) or a dict of `RelativePositionBias`'s arguments (`kind`,
+            `grid_size`, `num_prefix_tokens`, `hidden_dim`): the attention's own relative position
+            bias (timm's `rel_pos`), added to the scores. A bias computed elsewhere (timm's shared
+            one) is given to `call` instead.
     """
 
     def __init__(
@@ -303,6 +432,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         dropout=0.0,
         qkv_bias=True,
         proj_bias=True,
+        position_bias=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -323,9 +453,15 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         self.dropout = dropout
         self.qkv_bias = bool(qkv_bias)
         self.proj_bias = bool(proj_bias)
+        self.position_bias = None if position_bias is None else dict(position_bias)
 
         self.head_dim = hidden_dim // num_heads
         self.scale = self.head_dim**-0.5
+        self.rel_pos = None
+        if self.position_bias is not None:
+            self.rel_pos = RelativePositionBias(
+                num_heads=num_heads, **self.position_bias, dtype=self.dtype_policy, name="rel_pos"
+            )
         self.qkv = keras.layers.Dense(
             3 * hidden_dim,
             use_bias=self.qkv_bias,
@@ -348,23 +484,31 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     def build(self, input_shape):
         self.qkv.build(input_shape)
         self.proj.build(input_shape)
+        if self.rel_pos is not None:
+            self.rel_pos.build(input_shape)
 
     def _split_heads(self, x, num_tokens):
         x = ops.reshape(x, (-1, num_tokens, self.num_heads, self.head_dim))
         return ops.transpose(x, (0, 2, 1, 3))
 
-    def call(self, x, training=None, return_attention_scores=False):
+    def call(self, x, training=None, return_attention_scores=False, position_bias=None):
+        """`position_bias`: a `(1, heads, tokens, tokens)` bias computed elsewhere (timm's shared
+        relative position bias), for an attention without its own."""
         num_tokens = x.shape[1] if x.shape[1] is not None else ops.shape(x)[1]
         q, k, v = ops.split(self.qkv(x), 3, axis=-1)
+        if self.rel_pos is not None:
+            position_bias = self.rel_pos(x, training=training)
         if fused_attention_applies(self.attention_dropout, training, return_attention_scores):
-            out = fused_attention(q, k, v, self.num_heads, self.scale)
+            out = fused_attention(q, k, v, self.num_heads, self.scale, bias=position_bias)
             return self.dropout_layer(self.proj(out), training=training)
         q = self._split_heads(q, num_tokens) * ops.cast(self.scale, x.dtype)
         k = self._split_heads(k, num_tokens)
         v = self._split_heads(v, num_tokens)
-        scores = ops.matmul(q, ops.transpose(k, (0, 1, 3, 2)))
+        scores = ops.cast(ops.matmul(q, ops.transpose(k, (0, 1, 3, 2))), "float32")
+        if position_bias is not None:
+            scores = scores + ops.cast(position_bias, "float32")
         # Softmax in float32: float16 logits overflow on long sequences.
-        weights = ops.cast(ops.softmax(ops.cast(scores, "float32"), axis=-1), x.dtype)
+        weights = ops.cast(ops.softmax(scores, axis=-1), x.dtype)
         out = ops.matmul(self.attention_dropout_layer(weights, training=training), v)
         out = ops.reshape(ops.transpose(out, (0, 2, 1, 3)), (-1, num_tokens, self.hidden_dim))
         out = self.dropout_layer(self.proj(out), training=training)
@@ -375,7 +519,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     def compute_output_shape(self, input_shape):
         return input_shape
 
-    def compute_output_spec(self, x, training=None, return_attention_scores=False):
+    def compute_output_spec(self, x, training=None, return_attention_scores=False, position_bias=None):
         return _output_spec(self, x, return_attention_scores)
 
     def get_config(self):
@@ -388,6 +532,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
                 "dropout": self.dropout,
                 "qkv_bias": self.qkv_bias,
                 "proj_bias": self.proj_bias,
+                "position_bias": self.position_bias,
             }
         )
         return config
@@ -465,6 +610,8 @@ class TransformerBlock(Block):
         mlp: str, default "mlp". The MLP's kind (timm's `mlp_layer`): "mlp" (fc1, activation,
             fc2), "swiglu" (`activation(fc1_g(x)) * fc1_x(x)`, fc2) or "swiglu_packed" (fc1's
             outputs halved into gate and value, fc2 on `mlp_dim / 2`).
+        position_bias: None or a dict of `RelativePositionBias`'s arguments: the attention's own
+            relative position bias (timm's `RelPosBlock`); a shared one is given to `call`.
     """
 
     def __init__(
@@ -481,6 +628,7 @@ class TransformerBlock(Block):
         proj_bias=True,
         activation="gelu",
         mlp="mlp",
+        position_bias=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -500,6 +648,7 @@ class TransformerBlock(Block):
         self.proj_bias = bool(proj_bias)
         self.activation = activation
         self.mlp = mlp
+        self.position_bias = None if position_bias is None else dict(position_bias)
         self.mlp_part = MLPS[mlp]
         self.activation_function = activation_named(activation)
 
@@ -515,7 +664,10 @@ class TransformerBlock(Block):
 
         def layer_norm(name):
             return keras.layers.LayerNormalization(
-                epsilon=layer_norm_epsilon, dtype=self.dtype_policy, name=name
+                epsilon=layer_norm_epsilon,
+                gamma_initializer=self._norm_scale_initializer(),
+                dtype=self.dtype_policy,
+                name=name,
             )
 
         self.norm1 = layer_norm("norm1")
@@ -526,6 +678,7 @@ class TransformerBlock(Block):
             dropout=dropout,
             qkv_bias=qkv_bias,
             proj_bias=proj_bias,
+            position_bias=position_bias,
             dtype=self.dtype_policy,
             name="attention",
         )
@@ -552,10 +705,18 @@ class TransformerBlock(Block):
         for layer in self.mlp_hidden_layers:
             layer.build(input_shape)
         self.fc2.build(tuple(input_shape[:-1]) + (self.mlp_hidden_dim,))
-        if self.layer_scale is not None:
+        if self.has_layer_scale:
             scale = keras.initializers.Constant(self.layer_scale)
             self.ls1 = self.add_weight(shape=(self.hidden_dim,), initializer=scale, name="ls1")
             self.ls2 = self.add_weight(shape=(self.hidden_dim,), initializer=scale, name="ls2")
+
+    @property
+    def has_layer_scale(self):
+        """Whether the block has LayerScale's `ls1` and `ls2`."""
+        return self.layer_scale is not None
+
+    def _norm_scale_initializer(self):
+        return "ones"
 
     @property
     def mlp_hidden_layers(self):
@@ -569,21 +730,25 @@ class TransformerBlock(Block):
 
     def _layer_scaled(self, branch, which):
         """`branch` times LayerScale's `ls1` or `ls2`, when the block has LayerScale."""
-        if self.layer_scale is None:
+        if not self.has_layer_scale:
             return branch
         return branch * ops.cast(getattr(self, which), branch.dtype)
 
-    def call(self, x, training=None, return_attention_scores=False):
+    def call(self, x, training=None, return_attention_scores=False, position_bias=None):
+        """`position_bias`: a shared relative position bias (`RelativePositionBias`' output)."""
         if return_attention_scores:  # inference only: nothing to recompute
-            return self._forward(x, training, return_attention_scores=True)
-        return self.forward_of(self._forward, x, training=training)
+            return self._forward(x, training, return_attention_scores=True, position_bias=position_bias)
+        return self.forward_of(self._forward, x, training=training, position_bias=position_bias)
 
-    def _forward(self, x, training=None, return_attention_scores=False):
+    def _attend(self, x, training, return_attention_scores, position_bias):
+        """The attention's output, and its weights when asked for (else None)."""
         attended = self.attention(
-            self.norm1(x), training=training, return_attention_scores=return_attention_scores
+            x, training=training, return_attention_scores=return_attention_scores, position_bias=position_bias
         )
-        if return_attention_scores:
-            attended, scores = attended
+        return attended if return_attention_scores else (attended, None)
+
+    def _forward(self, x, training=None, return_attention_scores=False, position_bias=None):
+        attended, scores = self._attend(self.norm1(x), training, return_attention_scores, position_bias)
         x = x + self.drop_path1(self._layer_scaled(attended, "ls1"), training=training)
         y = self._mlp(self.norm2(x), training=training)
         x = x + self.drop_path2(self._layer_scaled(y, "ls2"), training=training)
@@ -594,7 +759,7 @@ class TransformerBlock(Block):
     def compute_output_shape(self, input_shape):
         return input_shape
 
-    def compute_output_spec(self, x, training=None, return_attention_scores=False):
+    def compute_output_spec(self, x, training=None, return_attention_scores=False, position_bias=None):
         return _output_spec(self, x, return_attention_scores)
 
     def get_config(self):
@@ -613,9 +778,39 @@ class TransformerBlock(Block):
                 "proj_bias": self.proj_bias,
                 "activation": self.activation,
                 "mlp": self.mlp,
+                "position_bias": self.position_bias,
             }
         )
         return config
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class ResPostBlock(TransformerBlock):
+    """A post-LayerNorm Transformer block (timm's `ResPostBlock` and `ResPostRelPosBlock`, the
+    "rpn" ViTs): `x + DropPath(LN(Attention(x)))`, then `x + DropPath(LN(MLP(x)))`.
+
+    It takes `TransformerBlock`'s arguments, with timm's meaning of `layer_scale` here: no
+    LayerScale weights, but the initial scale of both LayerNorms (timm's `init_values`).
+    """
+
+    @property
+    def has_layer_scale(self):
+        return False
+
+    def _norm_scale_initializer(self):
+        return "ones" if self.layer_scale is None else keras.initializers.Constant(self.layer_scale)
+
+    def _forward(self, x, training=None, return_attention_scores=False, position_bias=None):
+        attended, scores = self._attend(x, training, return_attention_scores, position_bias)
+        x = x + self.drop_path1(self.norm1(attended), training=training)
+        x = x + self.drop_path2(self.norm2(self._mlp(x, training=training)), training=training)
+        if return_attention_scores:
+            return x, scores
+        return x
+
+
+# The block by its kind (`ViT(block=...)`, timm's `block_fn`).
+BLOCKS = {"pre_norm": TransformerBlock, "res_post": ResPostBlock}
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")

@@ -44,6 +44,10 @@ RULED = (
     "num_classes",
     "dynamic_img_size",
     "distilled",
+    "block_fn",
+    "rel_pos_type",
+    "rel_pos_dim",
+    "shared_rel_pos",
 )
 POOLINGS = {"token": "token", "avg": "gap", "map": "map", "": "none"}
 ACTIVATIONS = {
@@ -54,6 +58,20 @@ ACTIVATIONS = {
     "swish": "silu",
 }
 MLPS = ("mlp", "swiglu", "swiglu_packed")
+# timm's blocks by their class names (`block_fn`): `VisionTransformer`'s and
+# `VisionTransformerRelPos`' (the same blocks, with a relative position bias in the attention).
+BLOCK_FNS = {
+    "Block": "pre_norm",
+    "RelPosBlock": "pre_norm",
+    "ResPostBlock": "res_post",
+    "ResPostRelPosBlock": "res_post",
+}
+# timm's `rel_pos_type` of `VisionTransformerRelPos`: "mlp" is `RelPosMlp` (its "cr" mode), any
+# other name not starting with "mlp" `RelPosBias`; None is `VisionTransformer`'s absolute
+# position embeddings (entry points of `vision_transformer_relpos` always name theirs).
+TIMM_POSITION_BIASES = {None: None, "mlp": "mlp", "bias": "table"}
+# timm's `RelPosMlp` width when `rel_pos_dim` is None.
+REL_POS_DIM = 128
 # timm's LayerNorm (`timm.layers.LayerNorm`), its ViT's default norm_layer.
 LAYER_NORM_EPS = 1e-6
 # timm's defaults, for the keyword arguments an entry point leaves out.
@@ -82,6 +100,10 @@ DEFAULTS = {
     "drop_rate": 0.0,
     "attn_drop_rate": 0.0,
     "drop_path_rate": 0.0,
+    "block_fn": "Block",
+    "rel_pos_type": None,
+    "rel_pos_dim": None,
+    "shared_rel_pos": False,
 }
 
 
@@ -116,7 +138,19 @@ def from_timm(kwargs, source):
     arguments["activation"] = _choice(kwargs, "act_layer", ACTIVATIONS, source)
     arguments["mlp"] = _choice(kwargs, "mlp_layer", {name: name for name in MLPS}, source)
     arguments["layer_norm_epsilon"] = _layer_norm_eps(kwargs["norm_layer"], source)
+    arguments["block"] = _choice(kwargs, "block_fn", BLOCK_FNS, source)
+    arguments["position_bias"] = _position_bias(kwargs["rel_pos_type"], source)
+    arguments["position_bias_dim"] = kwargs["rel_pos_dim"] or REL_POS_DIM
+    arguments["shared_position_bias"] = bool(kwargs["shared_rel_pos"])
     return arguments
+
+
+def _position_bias(rel_pos_type, source):
+    if rel_pos_type is None or rel_pos_type == "mlp":
+        return rel_pos_type
+    if rel_pos_type.startswith("mlp"):
+        raise NotBuildable(f"{source} takes rel_pos_type={rel_pos_type!r}; keras-vit has 'mlp' and 'bias'.")
+    return "table"
 
 
 def timm_kwargs(arguments):
@@ -136,8 +170,18 @@ def timm_kwargs(arguments):
         act_layer=arch.activation,
         mlp_layer=arch.mlp,
         norm_layer={"name": "layernorm", "eps": arch.layer_norm_epsilon},
+        block_fn=_block_fn(arch),
+        rel_pos_type={ours: timm for timm, ours in TIMM_POSITION_BIASES.items()}[arch.position_bias],
+        rel_pos_dim=arch.position_bias_dim,
+        shared_rel_pos=arch.shared_position_bias,
     )
     return kwargs
+
+
+def _block_fn(arch):
+    """timm's block class of a ViT: `VisionTransformerRelPos`' with a relative position bias."""
+    relative = "RelPos" if arch.position_bias else ""
+    return {"pre_norm": f"{relative}Block", "res_post": f"ResPost{relative}Block"}[arch.block]
 
 
 def _pair(size):
