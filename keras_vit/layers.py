@@ -14,6 +14,7 @@ from keras_vit.model.vit.layers import (
     TokenPooling,
     TransformerBlock,
 )
+from keras_vit.model.vit.stems import ResNetV2Stem, StdConv2D
 
 __all__ = [
     "DropPath",
@@ -24,6 +25,8 @@ __all__ = [
     "Patches",
     "RelativePositionBias",
     "ResPostBlock",
+    "ResNetV2Stem",
+    "StdConv2D",
     "SwinBlock",
     "SwinPatchEmbedding",
     "TokenPooling",

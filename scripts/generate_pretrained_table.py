@@ -30,15 +30,20 @@ import torch  # noqa: E402
 from timm.data import ImageNetInfo, infer_imagenet_subset  # noqa: E402
 from timm.layers import mlp as timm_mlp  # noqa: E402
 from timm.layers import norm as timm_norm  # noqa: E402
-from timm.models import deit, get_pretrained_cfg  # noqa: E402
+from timm.models import (  # noqa: E402
+    deit,
+    get_pretrained_cfg,
+    resnetv2,  # noqa: E402
+)
 from timm.models import vision_transformer as timm_vit  # noqa: E402
+from timm.models import vision_transformer_hybrid as timm_hybrid  # noqa: E402
 from timm.models import vision_transformer_relpos as timm_relpos  # noqa: E402
 
 TABLES = os.path.join(ROOT, "keras_vit", "model", "tables")
 ENTRY_POINTS_FILE = "timm_vit_entry_points.json"
-# timm's modules whose entry points build a `VisionTransformer` (DeiT's distilled one too) or a
-# `VisionTransformerRelPos`.
-VIT_MODULES = ("vision_transformer", "deit", "vision_transformer_relpos")
+# timm's modules whose entry points build a `VisionTransformer` (DeiT's distilled one too, the
+# hybrids' with a CNN in their `HybridEmbed`) or a `VisionTransformerRelPos`.
+VIT_MODULES = ("vision_transformer", "deit", "vision_transformer_relpos", "vision_transformer_hybrid")
 # `VisionTransformerRelPos`' keyword arguments whose defaults differ from `VisionTransformer`'s, or
 # that it alone has: written out for each of its entry points, with the class's defaults.
 RELPOS_ARGUMENTS = (
@@ -78,8 +83,9 @@ def entry_point_kwargs(name):
         deit.VisionTransformer,
         deit.VisionTransformerDistilled,
         timm_relpos.VisionTransformerRelPos,
+        timm_hybrid.VisionTransformer,
     )
-    timm_vit.VisionTransformer = deit.VisionTransformer = model_class
+    timm_vit.VisionTransformer = deit.VisionTransformer = timm_hybrid.VisionTransformer = model_class
     deit.VisionTransformerDistilled = functools.partial(model_class, distilled=True)
     timm_relpos.VisionTransformerRelPos = relpos_class
     try:
@@ -94,6 +100,7 @@ def entry_point_kwargs(name):
             deit.VisionTransformer,
             deit.VisionTransformerDistilled,
             timm_relpos.VisionTransformerRelPos,
+            timm_hybrid.VisionTransformer,
         ) = saved
     kwargs.pop("num_classes", None)  # the tag's, not the architecture's
     return {key: _named(key, value) for key, value in kwargs.items()}
@@ -107,6 +114,8 @@ def _named(key, value):
         return [_named(key, v) for v in value]
     if key == "norm_layer":
         return _norm_layer(value)
+    if key == "embed_layer":
+        return _embed_layer(value)
     if key == "act_layer":
         names = {torch.nn.GELU: "gelu", torch.nn.SiLU: "silu"}
         return names.get(value, getattr(value, "__name__", repr(value)))
@@ -120,6 +129,24 @@ def _named(key, value):
             if value.keywords.get("act_layer") is torch.nn.SiLU and not gate_last:
                 return "swiglu_packed"
     return getattr(value, "__name__", None) or repr(value)
+
+
+def _embed_layer(value):
+    """A hybrid's `HybridEmbed` by its backbone: timm's ResNetV2 of `_resnetv2` (its stage depths;
+    its stem alone has none), else the backbone's class."""
+    keywords = value.keywords if isinstance(value, functools.partial) else {}
+    backbone = keywords.get("backbone")
+    if backbone is None:
+        return getattr(value, "__name__", repr(value))
+    extra = {key: _named(key, v) for key, v in keywords.items() if key != "backbone"}
+    if isinstance(backbone, resnetv2.ResNetV2):
+        depths = [len(stage.blocks) for stage in backbone.stages]
+        return {"name": "HybridEmbed", "backbone": "resnetv2", "depths": depths, **extra}
+    stem_alone = ["conv", "norm", "pool"]  # create_resnetv2_stem's, without pre-activation
+    children = [name for name, _ in backbone.named_children()]
+    if isinstance(backbone, torch.nn.Sequential) and children == stem_alone:
+        return {"name": "HybridEmbed", "backbone": "resnetv2", "depths": [], **extra}  # the stem alone
+    return {"name": "HybridEmbed", "backbone": type(backbone).__name__, **extra}
 
 
 def _norm_layer(value):

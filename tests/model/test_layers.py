@@ -17,6 +17,7 @@ from keras_vit.model.vit.layers import (
     TokenPooling,
     TransformerBlock,
 )
+from keras_vit.model.vit.stems import ResNetV2Bottleneck, ResNetV2Stem, StdConv2D
 
 
 def _reference_patches(image, p):
@@ -129,6 +130,10 @@ LAYERS = [
     (Patches, dict(patch_size=4)),
     (PatchEncoder, dict(patch_size=4, hidden_dim=16, dropout=0.1, projection_bias=False)),
     (PatchEncoder, dict(patch_size=4, hidden_dim=16, position_embedding=False)),
+    (PatchEncoder, dict(patch_size=1, hidden_dim=16, stem="resnetv2", stem_depths=[1, 2])),
+    (StdConv2D, dict(filters=8, kernel_size=(3, 3), strides=(2, 2), epsilon=1e-6)),
+    (ResNetV2Bottleneck, dict(filters=64, strides=2, downsample=True)),
+    (ResNetV2Stem, dict(depths=[2, 1])),
     (
         RelativePositionBias,
         dict(kind="mlp", grid_size=[2, 3], num_heads=2, num_prefix_tokens=1, hidden_dim=8),

@@ -72,6 +72,11 @@ class ViTFamily(Family):
             groups["norm_pre"] = model.depth
         return groups, model.depth + 1
 
+    def image_size_step(self, arguments):
+        """The patch size, times a hybrid stem's reduction (its feature map's cell)."""
+        arch = self.architecture(arguments)
+        return arch.patch_size * arch.stem_reduction
+
     def block_names(self, arguments):
         return tuple(f"block_{i}" for i in range(arguments["depth"]))
 

@@ -6,6 +6,7 @@ Keras, so `keras-vit models` answers at once.
 """
 
 import dataclasses
+import math
 
 from keras_vit.model.checks import check_positive_int, check_rate, pair
 from keras_vit.model.transform import DEFAULT as DEFAULT_TRANSFORM
@@ -22,6 +23,27 @@ BLOCKS = ("pre_norm", "res_post")
 # The relative position bias in place of absolute position embeddings (timm's `rel_pos_type` of
 # `VisionTransformerRelPos`): none, `RelPosMlp` or `RelPosBias`.
 POSITION_BIASES = (None, "mlp", "table")
+# The stem before the patch projection (timm's `HybridEmbed` backbone): none (the pixels) or
+# timm's ResNetV2 of the hybrid ViTs (`keras_vit.model.vit.stems`).
+STEMS = (None, "resnetv2")
+# timm's ResNetV2 stage widths (a bottleneck's output; its middle is a quarter of it) and stem.
+RESNETV2_CHANNELS = (256, 512, 1024, 2048)
+RESNETV2_STEM_CHANNELS = 64
+
+
+def resnetv2_feature_size(image_size, depths):
+    """(rows, cols) of a ResNetV2 stem's feature map for an image of `image_size`: the stem's
+    strided convolution and max pooling, then each stage after the first, each halving a side,
+    rounding up ("same" padding)."""
+    size = list(image_size)
+    for _ in range(2 + max(len(depths) - 1, 0)):
+        size = [math.ceil(side / 2) for side in size]
+    return tuple(size)
+
+
+def resnetv2_channels(depths):
+    """A ResNetV2 stem's output channels: the stem's, or the last stage's."""
+    return RESNETV2_CHANNELS[len(depths) - 1] if depths else RESNETV2_STEM_CHANNELS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,6 +87,8 @@ class Architecture:
     position_bias: str | None = None
     position_bias_dim: int = 128
     shared_position_bias: bool = False
+    stem: str | None = None
+    stem_depths: tuple = ()
     # How images are brought to image_size at evaluation (keras_vit.model.transform).
     crop_pct: float = DEFAULT_TRANSFORM.crop_pct
     crop_mode: str = DEFAULT_TRANSFORM.crop_mode
@@ -79,6 +103,7 @@ class Architecture:
             object.__setattr__(self, name, value)
 
         put("image_size", pair(self.image_size, "image_size"))
+        put("stem_depths", tuple(int(depth) for depth in self.stem_depths))
         for name in ("image_mean", "image_std"):
             if getattr(self, name) is not None:
                 put(name, [float(value) for value in getattr(self, name)])
@@ -123,6 +148,7 @@ class Architecture:
             ("mlp", MLPS),
             ("block", BLOCKS),
             ("position_bias", POSITION_BIASES),
+            ("stem", STEMS),
         ):
             if getattr(self, name) not in choices:
                 raise ValueError(
@@ -131,6 +157,16 @@ class Architecture:
         if self.mlp == "swiglu_packed" and self.mlp_dim % 2:
             raise ValueError(
                 f"mlp='swiglu_packed' halves fc1's {self.mlp_dim} outputs: give an even mlp_dim."
+            )
+        if self.stem_depths and self.stem is None:
+            raise ValueError("stem_depths are a stem's stages: set stem='resnetv2' too.")
+        if len(self.stem_depths) > len(RESNETV2_CHANNELS) or not all(d > 0 for d in self.stem_depths):
+            raise ValueError(f"stem_depths: up to 4 positive stage depths, got {list(self.stem_depths)}.")
+        features = self.feature_size
+        if self.stem is not None and (features[0] % self.patch_size or features[1] % self.patch_size):
+            raise ValueError(
+                f"The stem's {features[0]}x{features[1]} feature map is not divisible by the patch "
+                f"size {self.patch_size}."
             )
         if self.shared_position_bias and self.position_bias is None:
             raise ValueError("shared_position_bias shares a relative position bias: set position_bias too.")
@@ -161,8 +197,26 @@ class Architecture:
         return self.pooling == "gap" if self.norm_before_pooling is None else not self.norm_before_pooling
 
     @property
+    def feature_size(self):
+        """(rows, cols) of what the patch projection sees: the image, or the stem's feature map."""
+        if self.stem is None:
+            return self.image_size
+        return resnetv2_feature_size(self.image_size, self.stem_depths)
+
+    @property
+    def stem_reduction(self):
+        """How many pixels a side of a feature map's cell spans: 1 without a stem."""
+        return 1 if self.stem is None else 2 ** (2 + max(len(self.stem_depths) - 1, 0))
+
+    @property
+    def feature_channels(self):
+        """The channels the patch projection sees: the image's, or the stem's."""
+        return self.channels if self.stem is None else resnetv2_channels(self.stem_depths)
+
+    @property
     def grid_size(self):
-        return (self.image_size[0] // self.patch_size, self.image_size[1] // self.patch_size)
+        rows, cols = self.feature_size
+        return (rows // self.patch_size, cols // self.patch_size)
 
     @property
     def num_patches(self):
@@ -172,6 +226,7 @@ class Architecture:
         """The arguments as a JSON-ready dict (`ViT.get_config`)."""
         config = {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
         config["image_size"] = list(self.image_size)
+        config["stem_depths"] = list(self.stem_depths)
         return config
 
 

@@ -199,7 +199,10 @@ def _npz_to_timm(w, path):
 
 
 def _targets(model, encoder, final_norm_key):
-    targets = [("patch_embed.proj.weight", encoder.projection.kernel, CONV)]
+    targets = []
+    if encoder.backbone is not None:
+        targets += _resnetv2_targets(encoder.backbone, "patch_embed.backbone")
+    targets.append(("patch_embed.proj.weight", encoder.projection.kernel, CONV))
     if encoder.projection_bias:
         targets.append(("patch_embed.proj.bias", encoder.projection.bias, None))
     if encoder.position_embedding is not None:
@@ -231,6 +234,28 @@ def _targets(model, encoder, final_norm_key):
         targets += norm(model.get_layer("norm"), final_norm_key)
     if model.pooling == "map":
         targets += _attention_pool_targets(model.get_layer("pooling"), "attn_pool")
+    return targets
+
+
+def _resnetv2_targets(stem, prefix):
+    """timm's `ResNetV2` keys of a hybrid ViT's backbone (its `create_resnetv2_stem` alone when it
+    has no stages: `conv`, `norm` without the `stem.`)."""
+    base = f"{prefix}.stem" if stem.depths else prefix
+
+    def conv_norm(conv, norm_layer, key_conv, key_norm):
+        return [(f"{key_conv}.weight", conv.kernel, CONV)] + norm(norm_layer, key_norm)
+
+    targets = conv_norm(stem.stem_conv, stem.stem_norm, f"{base}.conv", f"{base}.norm")
+    for block in stem.blocks:
+        stage, index = block.name.split("_")[1::2]
+        p = f"{prefix}.stages.{stage}.blocks.{index}"
+        if block.downsample:
+            targets += conv_norm(
+                block.downsample_conv, block.downsample_norm, f"{p}.downsample.conv", f"{p}.downsample.norm"
+            )
+        for i in (1, 2, 3):
+            conv, norm_layer = getattr(block, f"conv{i}"), getattr(block, f"norm{i}")
+            targets += conv_norm(conv, norm_layer, f"{p}.conv{i}", f"{p}.norm{i}")
     return targets
 
 

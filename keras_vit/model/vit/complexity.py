@@ -1,13 +1,17 @@
 """Analytic parameter counts and FLOPs of any ViT configuration (keras-free).
 
-FLOPs count each multiply-accumulate of the matrix products (patch
-projection, QKV, attention scores, attention-weighted values, output
+FLOPs count each multiply-accumulate of the matrix products (a hybrid's
+convolutions, the patch projection, QKV, attention scores, attention-weighted values, output
 projection, MLP, pre-logits, head) as 2 floating-point operations, the
 convention of MFU figures and of PyTorch's FlopCounterMode. Normalisation,
 softmax, GELU and additions are left out: under 1% at real sizes. Training
 costs about 3x the forward pass (forward, plus two products per weight
 product backward).
 """
+
+import math
+
+from keras_vit.model.vit.architecture import RESNETV2_CHANNELS, RESNETV2_STEM_CHANNELS
 
 
 def _heads(arch):
@@ -35,6 +39,31 @@ def _attention_pool(a):
     return parameters, macs
 
 
+def _resnetv2(a):
+    """(parameters, multiply-accumulates) of a hybrid's ResNetV2 stem: bias-free convolutions and
+    GroupNorms (timm's `_resnetv2`)."""
+    size = [math.ceil(side / 2) for side in a.image_size]  # the stem's stride-2 convolution
+    parameters = 7 * 7 * a.channels * RESNETV2_STEM_CHANNELS + 2 * RESNETV2_STEM_CHANNELS
+    macs = size[0] * size[1] * 7 * 7 * a.channels * RESNETV2_STEM_CHANNELS
+    size = [math.ceil(side / 2) for side in size]  # the max pooling
+    channels = RESNETV2_STEM_CHANNELS
+    widths = RESNETV2_CHANNELS[: len(a.stem_depths)]
+    for stage, (depth, out) in enumerate(zip(a.stem_depths, widths, strict=True)):
+        middle = out // 4
+        for index in range(depth):
+            before = size
+            if stage and not index:
+                size = [math.ceil(side / 2) for side in size]
+            pixels = size[0] * size[1]
+            parameters += channels * middle + 9 * middle * middle + middle * out + 2 * (2 * middle + out)
+            macs += before[0] * before[1] * channels * middle + pixels * (9 * middle * middle + middle * out)
+            if not index:  # the projected shortcut
+                parameters += channels * out + 2 * out
+                macs += pixels * channels * out
+            channels = out
+    return parameters, macs
+
+
 def _position_bias(a):
     """(parameters, multiply-accumulates) of one relative position bias: timm's `RelPosMlp` runs
     its MLP on every offset of the grid; `RelPosBias` is a table."""
@@ -56,12 +85,14 @@ def _position_biases(a):
 
 def parameter_count(a):
     """Number of weights of a ViT's `Architecture`."""
-    d, m, p, c = a.hidden_dim, a.mlp_dim, a.patch_size, a.channels
+    d, m, p = a.hidden_dim, a.mlp_dim, a.patch_size
     prefix = a.prefix_tokens
     position_tokens = a.num_patches + (prefix if a.cls_position_embedding else 0)
     if a.position_bias is not None:
         position_tokens = 0  # a relative position bias instead
-    embed = p * p * c * d + (0 if a.pre_norm else d) + prefix * d + position_tokens * d
+    embed = p * p * a.feature_channels * d + (0 if a.pre_norm else d) + prefix * d + position_tokens * d
+    if a.stem is not None:
+        embed += _resnetv2(a)[0]
     widths, into_fc2 = _MLP_SHAPES[a.mlp]
     mlp_biases = widths * m + d if a.proj_bias else 0
     attention = d * 3 * d + (3 * d if a.qkv_bias else 0) + d * d + (d if a.proj_bias else 0)
@@ -83,10 +114,12 @@ def parameter_count(a):
 
 def forward_flops(a):
     """FLOPs of one image's forward pass (2 per multiply-accumulate)."""
-    d, p, c = a.hidden_dim, a.patch_size, a.channels
+    d, p = a.hidden_dim, a.patch_size
     n = a.num_patches
     t = n + a.prefix_tokens
-    macs = n * p * p * c * d
+    macs = n * p * p * a.feature_channels * d
+    if a.stem is not None:
+        macs += _resnetv2(a)[1]
     per_block = t * d * 3 * d + 2 * t * t * d + t * d * d + _mlp_macs(a, t)[1]
     macs += a.depth * per_block + _position_biases(a) * _position_bias(a)[1]
     if a.pooling == "map":

@@ -21,11 +21,19 @@ _AS_IS = (
 _AS_TIMM = {ours: timm for timm, ours in timm_args.SAME.items() if ours in _AS_IS}
 # What a ViT has that timm's VisionTransformer cannot be given in `model_args` (its parts are
 # classes there: a model that differs in them is published as an architecture that has them).
-_NOT_IN_TIMM = ("representation_size", "distillation_token", "mlp", "layer_norm_epsilon", "block")
+_NOT_IN_TIMM = (
+    "representation_size",
+    "distillation_token",
+    "mlp",
+    "layer_norm_epsilon",
+    "block",
+    "stem",
+    "stem_depths",
+)
 # The parts a timm class has or has not (absolute position embeddings or a relative position
 # bias: `VisionTransformer` or `VisionTransformerRelPos`): a model is published as one that has
 # them.
-_SAME_KIND = ("distillation_token", "mlp", "block")
+_SAME_KIND = ("distillation_token", "mlp", "block", "stem", "stem_depths")
 # LayerNorm epsilons this close give the same logits to well under 1e-4.
 _SAME_EPSILON = 1e-6
 # transformers' model types of the family.

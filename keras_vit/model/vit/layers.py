@@ -12,6 +12,7 @@ from keras import ops
 from keras_vit.model.checks import check_positive_int, check_rate
 from keras_vit.model.layers import Block, DropPath, weight_initializer
 from keras_vit.model.relative_position import relative_log_coords, relative_position_index
+from keras_vit.model.vit.stems import STEMS
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -126,6 +127,10 @@ class PatchEncoder(keras.layers.Layer):
         position_embedding: bool, default True. False: no absolute position embeddings (a ViT
             whose attention has relative position biases instead, timm's
             `VisionTransformerRelPos`).
+        stem: None (default) or the name of a convolutional stem (`keras_vit.model.vit.stems`:
+            `"resnetv2"`) whose feature map the projection turns into tokens instead of the
+            pixels (timm's `HybridEmbed`); its weights are the layer's `backbone`.
+        stem_depths: list of ints, default (). The stem's stage depths (`ResNetV2Stem`).
     """
 
     def __init__(
@@ -139,6 +144,8 @@ class PatchEncoder(keras.layers.Layer):
         register_tokens=0,
         projection_bias=True,
         position_embedding=True,
+        stem=None,
+        stem_depths=(),
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -159,11 +166,18 @@ class PatchEncoder(keras.layers.Layer):
         self.register_tokens = int(register_tokens)
         self.projection_bias = bool(projection_bias)
         self.has_position_embedding = bool(position_embedding)
+        self.stem = stem
+        self.stem_depths = [int(depth) for depth in stem_depths]
         # Tokens before the patch tokens: [cls], DeiT's distillation token, the registers.
         self.num_prefix_tokens = self.class_token + self.distillation_token + self.register_tokens
         # Prefix tokens that have a position embedding (before the grid's embeddings).
         self.position_prefix_tokens = self.num_prefix_tokens if self.cls_position_embedding else 0
 
+        self.backbone = None
+        if stem is not None:
+            if stem not in STEMS:
+                raise ValueError(f"stem must be None or one of {', '.join(map(repr, STEMS))}, got {stem!r}.")
+            self.backbone = STEMS[stem](self.stem_depths, dtype=self.dtype_policy, name="backbone")
         self.projection = keras.layers.Conv2D(
             hidden_dim,
             kernel_size=patch_size,
@@ -184,9 +198,13 @@ class PatchEncoder(keras.layers.Layer):
                 f"embeddings, got input shape {tuple(input_shape)}."
             )
         self.image_size = (height, width)
-        self.grid_size = _patch_grid(height, width, self.patch_size)
+        features = input_shape
+        if self.backbone is not None:
+            self.backbone.build(input_shape)
+            features = self.backbone.compute_output_shape(input_shape)
+        self.grid_size = _patch_grid(features[1], features[2], self.patch_size)
         self.num_patches = self.grid_size[0] * self.grid_size[1]
-        self.projection.build(input_shape)
+        self.projection.build(features)
         if self.class_token:
             self.cls_token = self.add_weight(
                 shape=(1, 1, self.hidden_dim),
@@ -221,7 +239,7 @@ class PatchEncoder(keras.layers.Layer):
                 f"{self.image_size[0]}x{self.image_size[1]}, or make a model for the new size "
                 f"with keras_vit.resize_model(model, image_size)."
             )
-        x = self.projection(images)
+        x = self.projection(images if self.backbone is None else self.backbone(images))
         x = ops.reshape(x, (-1, self.num_patches, self.hidden_dim))
         tokens = [self.cls_token] if self.class_token else []
         tokens += [self.dist_token] if self.distillation_token else []
@@ -242,6 +260,8 @@ class PatchEncoder(keras.layers.Layer):
         return self.dropout_layer(x, training=training)
 
     def compute_output_shape(self, input_shape):
+        if self.backbone is not None:
+            input_shape = self.backbone.compute_output_shape(input_shape)
         rows, cols = _patch_grid(input_shape[1], input_shape[2], self.patch_size)
         return (input_shape[0], rows * cols + self.num_prefix_tokens, self.hidden_dim)
 
@@ -258,6 +278,8 @@ class PatchEncoder(keras.layers.Layer):
                 "register_tokens": self.register_tokens,
                 "projection_bias": self.projection_bias,
                 "position_embedding": self.has_position_embedding,
+                "stem": self.stem,
+                "stem_depths": list(self.stem_depths),
             }
         )
         return config

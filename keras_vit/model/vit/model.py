@@ -121,6 +121,12 @@ class ViT(FamilyModel):
             `rel_pos_dim`).
         shared_position_bias: bool, default False. One relative position bias that every block
             shares (timm's `shared_rel_pos`, the "srelpos" ViTs), not one per block.
+        stem: None (default: the patch projection of the pixels) or `"resnetv2"`: a hybrid ViT,
+            whose patch projection reads the feature map of timm's ResNetV2 (BiT's, with weight
+            standardisation and GroupNorm; timm's `HybridEmbed`), `ResNetV2Stem`. `patch_size`
+            is then in the feature map's cells (1 for the R26 and R50 hybrids).
+        stem_depths: list of ints, default (). The ResNetV2's stage depths (`[3, 4, 9]` for
+            R50+ViT-B/16); () is its stem alone.
         distillation_token: bool, default False. DeiT's distilled layout: a second
             prefix token with its own head (`head_dist`); the model returns the mean of
             both heads' logits, as timm does at inference (`distilled_heads` gives each).
@@ -170,6 +176,8 @@ def _stem(images, arch, dtype):
         register_tokens=arch.register_tokens,
         projection_bias=not arch.pre_norm,  # as timm: a LayerNorm follows, so no bias
         position_embedding=arch.position_bias is None,
+        stem=arch.stem,
+        stem_depths=arch.stem_depths,
         dtype=dtype,
         name="patch_encoder",
     )

@@ -9,7 +9,7 @@ them: `act_layer` by timm's name ("quick_gelu"), `mlp_layer` as "mlp", "swiglu" 
 `norm_layer` as "layernorm" or `{"name": "layernorm", "eps": 1e-5}`.
 """
 
-from keras_vit.model.vit.architecture import ARGUMENTS, Architecture
+from keras_vit.model.vit.architecture import ARGUMENTS, STEMS, Architecture
 
 # timm's keyword arguments that are a ViT argument as they are.
 SAME = {
@@ -48,6 +48,7 @@ RULED = (
     "rel_pos_type",
     "rel_pos_dim",
     "shared_rel_pos",
+    "embed_layer",
 )
 POOLINGS = {"token": "token", "avg": "gap", "map": "map", "": "none"}
 ACTIVATIONS = {
@@ -104,6 +105,7 @@ DEFAULTS = {
     "rel_pos_type": None,
     "rel_pos_dim": None,
     "shared_rel_pos": False,
+    "embed_layer": None,
 }
 
 
@@ -142,7 +144,18 @@ def from_timm(kwargs, source):
     arguments["position_bias"] = _position_bias(kwargs["rel_pos_type"], source)
     arguments["position_bias_dim"] = kwargs["rel_pos_dim"] or REL_POS_DIM
     arguments["shared_position_bias"] = bool(kwargs["shared_rel_pos"])
+    arguments["stem"], arguments["stem_depths"] = _stem(kwargs["embed_layer"], source)
     return arguments
+
+
+def _stem(embed_layer, source):
+    """(stem, stem_depths) of timm's `embed_layer`: None (its `PatchEmbed`), or a `HybridEmbed` over
+    a ResNetV2, written `{"name": "HybridEmbed", "backbone": "resnetv2", "depths": [...]}`."""
+    if embed_layer is None:
+        return None, []
+    if isinstance(embed_layer, dict) and embed_layer.get("backbone") in STEMS[1:]:
+        return embed_layer["backbone"], list(embed_layer.get("depths", []))
+    raise NotBuildable(f"{source} takes embed_layer={embed_layer!r}; keras-vit has a ResNetV2 stem only.")
 
 
 def _position_bias(rel_pos_type, source):
@@ -174,6 +187,9 @@ def timm_kwargs(arguments):
         rel_pos_type={ours: timm for timm, ours in TIMM_POSITION_BIASES.items()}[arch.position_bias],
         rel_pos_dim=arch.position_bias_dim,
         shared_rel_pos=arch.shared_position_bias,
+        embed_layer=None
+        if arch.stem is None
+        else {"name": "HybridEmbed", "backbone": arch.stem, "depths": list(arch.stem_depths)},
     )
     return kwargs
 
