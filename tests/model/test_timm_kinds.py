@@ -58,6 +58,10 @@ KINDS = [
     ("hybrid, ResNetV2 stem", "vit_tiny_r_s16_p8_224.augreg_in21k_ft_in1k", {}, 256),
     ("hybrid R26", "vit_small_r26_s32_224.augreg_in21k_ft_in1k", {}, 128),
     ("hybrid R50, 3 stages", "vit_base_r50_s16_224.orig_in21k", {}, 128),
+    # MobileCLIP's ConvStem (BatchNorm, GELU; timm's entry point fixes it at width 768, so this one
+    # is 768 wide, with an MLP as wide) ends in the tokens' width: no patch projection.
+    ("hybrid, MobileCLIP ConvStem", "vit_base_mci_224.apple_mclip2_dfndr2b",
+     dict(embed_dim=768, mlp_ratio=1.0), 160),
 ]  # fmt: skip
 
 
@@ -84,8 +88,11 @@ def kind(request):
         for key, parameter in reference.named_parameters():
             if key.endswith(("gamma", "latent")) or "norm" in key:
                 parameter.copy_(torch.randn_like(parameter) * 0.5 + (1 if "weight" in key else 0))
-            elif key.endswith("relative_position_bias_table"):
-                parameter.copy_(torch.randn_like(parameter))
+            elif key.endswith("relative_position_bias_table") or ".bn." in key:
+                parameter.copy_(torch.randn_like(parameter) + (1 if key.endswith("bn.weight") else 0))
+        for key, buffer in reference.named_buffers():  # BatchNorm's running statistics
+            if key.endswith(("running_mean", "running_var")):
+                buffer.copy_(torch.rand_like(buffer) + (0.5 if key.endswith("var") else -0.5))
     folder = HUB.repo_folder(f"timm/{tag}")
     shutil.rmtree(folder, ignore_errors=True)
     save_for_hf(reference, folder, model_args=model_args)
@@ -98,7 +105,9 @@ def test_a_timm_tag_of_each_kind_gives_timms_outputs_at_its_size_and_another(kin
     for image_size in (size, other_size):
         by_timm = timm.create_model(f"hf-hub:timm/{tag}", pretrained=True, img_size=image_size)
         model = keras_vit.create_model(f"hf-hub:timm/{tag}", pretrained=True, image_size=image_size)
-        assert model.count_params() == sum(p.numel() for p in by_timm.parameters())
+        # timm's parameters: BatchNorm's running statistics are buffers, not parameters
+        trainable = sum(int(np.prod(weight.shape)) for weight in model.trainable_weights)
+        assert trainable == sum(p.numel() for p in by_timm.parameters())
         pixels = _pixels(image_size)
         expected = _timm_outputs(by_timm, pixels)
         outputs = np.asarray(model(pixels))
@@ -140,8 +149,9 @@ def test_each_kind_survives_a_keras_round_trip(kind, hub_cache, tmp_path):
         dict(position_bias="mlp", pooling="gap", norm_before_pooling=False, layer_scale=1e-6),  # relpos
         dict(position_bias="table", shared_position_bias=True, block="res_post", pooling="gap"),
         dict(stem="resnetv2", stem_depths=[1, 1], image_size=64, patch_size=1),  # a hybrid
+        dict(stem="convstem", image_size=64, patch_size=1, cls_position_embedding=False),  # MobileCLIP
     ],
-    ids=["clip", "siglip", "dinov2-g", "swiglu", "relpos", "srelpos-table-rpn", "hybrid"],
+    ids=["clip", "siglip", "dinov2-g", "swiglu", "relpos", "srelpos-table-rpn", "hybrid", "mobileclip"],
 )
 def test_each_part_exports_to_tflite_with_builtin_ops_only_and_the_same_outputs(parts):
     from ai_edge_litert.interpreter import Interpreter
@@ -164,7 +174,7 @@ def test_each_part_exports_to_tflite_with_builtin_ops_only_and_the_same_outputs(
 
 # keras-vit resolved this many of timm 1.0.31's pretrained ViT tags when the coverage script was
 # written (scripts/timm_coverage.py); a change that resolves fewer fails here.
-RESOLVED_AT_LEAST = 299
+RESOLVED_AT_LEAST = 302
 
 
 def test_the_tags_keras_vit_resolves_by_name_do_not_drop_and_each_other_one_has_a_reason():
@@ -292,6 +302,7 @@ def test_a_tag_by_name_builds_its_own_architecture_from_a_repo_another_tag_share
         "vit_tiny_r_s16_p8_384",
         "vit_small_r26_s32_224",
         "vit_base_r50_s16_384",
+        "vit_base_mci_224",
     ],
 )
 def test_each_kinds_parameters_and_forward_flops_equal_timms(name):
@@ -307,3 +318,36 @@ def test_each_kinds_parameters_and_forward_flops_equal_timms(name):
         model(torch.empty(1, 3, size, size))
     assert keras_vit.parameter_count(name) == sum(p.numel() for p in model.parameters())
     assert keras_vit.forward_flops(name) == counter.get_total_flops()
+
+
+def test_apples_mobileclip_checkpoints_are_read_as_timm_converts_them():
+    """Apple's own MobileCLIP layout (`image_encoder.model.*`), as timm's `_convert_mobileclip`."""
+    from timm.models.vision_transformer_hybrid import _convert_mobileclip
+
+    from keras_vit.model.vit.checkpoint import canonical
+
+    rng = np.random.default_rng(6)
+    shapes = {
+        "patch_emb.0.block.conv.weight": (8, 3, 4, 4),
+        "patch_emb.1.block.norm.running_var": (8,),
+        "patch_emb.2.block.conv.bias": (32,),
+        "transformer.0.pre_norm_mha.0.weight": (32,),
+        "transformer.0.pre_norm_mha.1.qkv_proj.weight": (96, 32),
+        "transformer.0.pre_norm_mha.1.out_proj.bias": (32,),
+        "transformer.1.pre_norm_ffn.0.bias": (32,),
+        "transformer.1.pre_norm_ffn.1.weight": (64, 32),
+        "transformer.1.pre_norm_ffn.4.weight": (32, 64),
+        "post_transformer_norm.weight": (32,),
+        "pos_embed.pos_embed.pos_embed": (1, 1, 196, 32),
+        "classifier.proj": (32, 512),
+    }
+    state = {
+        f"image_encoder.model.{key}": rng.normal(size=shape).astype("float32")
+        for key, shape in shapes.items()
+    }
+    state["text_encoder.embedding.weight"] = np.zeros((4, 32), "float32")
+    expected = _convert_mobileclip({key: torch.from_numpy(value) for key, value in state.items()}, None)
+    ours = canonical(state, "mobileclip")
+    assert sorted(ours) == sorted(expected)
+    for key, value in expected.items():
+        np.testing.assert_array_equal(np.asarray(ours[key]), value.numpy(), err_msg=key)

@@ -23,9 +23,11 @@ BLOCKS = ("pre_norm", "res_post")
 # The relative position bias in place of absolute position embeddings (timm's `rel_pos_type` of
 # `VisionTransformerRelPos`): none, `RelPosMlp` or `RelPosBias`.
 POSITION_BIASES = (None, "mlp", "table")
-# The stem before the patch projection (timm's `HybridEmbed` backbone): none (the pixels) or
-# timm's ResNetV2 of the hybrid ViTs (`keras_vit.model.vit.stems`).
-STEMS = (None, "resnetv2")
+# The stem before the patch projection (timm's `HybridEmbed` backbone): none (the pixels),
+# timm's ResNetV2 of the hybrid ViTs or MobileCLIP's `ConvStem` (`keras_vit.model.vit.stems`).
+STEMS = (None, "resnetv2", "convstem")
+# MobileCLIP's ConvStem: kernel = stride of its three convolutions.
+CONVSTEM_STRIDES = (4, 2, 2)
 # timm's ResNetV2 stage widths (a bottleneck's output; its middle is a quarter of it) and stem.
 RESNETV2_CHANNELS = (256, 512, 1024, 2048)
 RESNETV2_STEM_CHANNELS = 64
@@ -158,8 +160,13 @@ class Architecture:
             raise ValueError(
                 f"mlp='swiglu_packed' halves fc1's {self.mlp_dim} outputs: give an even mlp_dim."
             )
-        if self.stem_depths and self.stem is None:
-            raise ValueError("stem_depths are a stem's stages: set stem='resnetv2' too.")
+        if self.stem_depths and self.stem != "resnetv2":
+            raise ValueError("stem_depths are a ResNetV2's stages: set stem='resnetv2' too.")
+        if self.stem == "convstem" and (self.patch_size != 1 or self.hidden_dim % 4):
+            raise ValueError(
+                "stem='convstem' ends in the tokens' width itself: give patch_size=1 and a hidden_dim "
+                f"divisible by 4, got patch_size={self.patch_size}, hidden_dim={self.hidden_dim}."
+            )
         if len(self.stem_depths) > len(RESNETV2_CHANNELS) or not all(d > 0 for d in self.stem_depths):
             raise ValueError(f"stem_depths: up to 4 positive stage depths, got {list(self.stem_depths)}.")
         features = self.feature_size
@@ -201,16 +208,22 @@ class Architecture:
         """(rows, cols) of what the patch projection sees: the image, or the stem's feature map."""
         if self.stem is None:
             return self.image_size
+        if self.stem == "convstem":
+            return tuple(side // self.stem_reduction for side in self.image_size)
         return resnetv2_feature_size(self.image_size, self.stem_depths)
 
     @property
     def stem_reduction(self):
         """How many pixels a side of a feature map's cell spans: 1 without a stem."""
+        if self.stem == "convstem":
+            return math.prod(CONVSTEM_STRIDES)
         return 1 if self.stem is None else 2 ** (2 + max(len(self.stem_depths) - 1, 0))
 
     @property
     def feature_channels(self):
         """The channels the patch projection sees: the image's, or the stem's."""
+        if self.stem == "convstem":
+            return self.hidden_dim
         return self.channels if self.stem is None else resnetv2_channels(self.stem_depths)
 
     @property

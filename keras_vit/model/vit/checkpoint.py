@@ -21,7 +21,11 @@ HEAD_PREFIXES = ("head", "head_dist")
 
 
 def canonical(state, source):
-    """`state` in timm's keys: transformers' and Google's `.npz` keys converted."""
+    """`state` in timm's keys: transformers' and Google's `.npz` keys converted; BatchNorm's step
+    counters (a MobileCLIP stem's) left out."""
+    state = {key: value for key, value in state.items() if not key.endswith("num_batches_tracked")}
+    if _MOBILECLIP_KEY in state:
+        return _mobileclip_to_timm(state)
     if any("/" in key for key in state):
         return _npz_to_timm(state, source)
     if any(k.endswith("embeddings.cls_token") for k in state):
@@ -72,7 +76,8 @@ def fit(key, value, model, source):
         return _fit_position_embeddings(value, encoder, source)
     if key.endswith("relative_position_bias_table"):
         return _fit_bias_table(value, encoder.grid_size, encoder.num_prefix_tokens, source)
-    if key == "patch_embed.proj.weight" and value.ndim == 4 and encoder.projection.kernel.shape[2] == 1:
+    grayscale = model.channels == 1 and encoder.backbone is None
+    if key == "patch_embed.proj.weight" and value.ndim == 4 and grayscale:
         return value.sum(axis=1, keepdims=True) if value.shape[1] == 3 else value
     return value
 
@@ -111,6 +116,45 @@ _TRANSFORMERS_RENAMES = [
     (r"^(?:cls_)?classifier\.", "head."),
     (r"^distillation_classifier\.", "head_dist."),  # DeiT's second head
 ]
+
+
+# Apple's MobileCLIP image encoder, as its own checkpoints name it (timm's `_convert_mobileclip`).
+_MOBILECLIP_PREFIX = "image_encoder.model."
+_MOBILECLIP_KEY = _MOBILECLIP_PREFIX + "patch_emb.0.block.conv.weight"
+_MOBILECLIP_RENAMES = (
+    ("patch_emb.", "patch_embed.backbone."),
+    ("block.conv", "conv"),
+    ("block.norm", "bn"),
+    ("post_transformer_norm.", "norm."),
+    ("pre_norm_mha.0", "norm1"),
+    ("pre_norm_mha.1", "attn"),
+    ("pre_norm_ffn.0", "norm2"),
+    ("pre_norm_ffn.1", "mlp.fc1"),
+    ("pre_norm_ffn.4", "mlp.fc2"),
+    ("qkv_proj.", "qkv."),
+    ("out_proj.", "proj."),
+    ("transformer.", "blocks."),
+)
+
+
+def _mobileclip_to_timm(state):
+    """Apple's MobileCLIP image encoder in timm's keys, as timm's `_convert_mobileclip`: its
+    projection to the joint embedding becomes the head (no bias)."""
+    converted = {}
+    for key, value in state.items():
+        if not key.startswith(_MOBILECLIP_PREFIX):
+            continue
+        key = key[len(_MOBILECLIP_PREFIX) :]
+        for old, new in _MOBILECLIP_RENAMES:
+            key = key.replace(old, new)
+        if key == "pos_embed.pos_embed.pos_embed":
+            key, value = "pos_embed", value[0]
+        if "classifier.proj" in key:
+            value = np.asarray(value).T
+            converted[key.replace("classifier.proj", "head.bias")] = np.zeros(value.shape[0], value.dtype)
+            key = key.replace("classifier.proj", "head.weight")
+        converted[key] = value
+    return converted
 
 
 def _transformers_to_timm(state):
@@ -200,11 +244,14 @@ def _npz_to_timm(w, path):
 
 def _targets(model, encoder, final_norm_key):
     targets = []
-    if encoder.backbone is not None:
+    if encoder.stem == "resnetv2":
         targets += _resnetv2_targets(encoder.backbone, "patch_embed.backbone")
-    targets.append(("patch_embed.proj.weight", encoder.projection.kernel, CONV))
-    if encoder.projection_bias:
-        targets.append(("patch_embed.proj.bias", encoder.projection.bias, None))
+    elif encoder.stem == "convstem":
+        targets += _convstem_targets(encoder.backbone, "patch_embed.backbone")
+    if encoder.projection is not None:
+        targets.append(("patch_embed.proj.weight", encoder.projection.kernel, CONV))
+        if encoder.projection_bias:
+            targets.append(("patch_embed.proj.bias", encoder.projection.bias, None))
     if encoder.position_embedding is not None:
         targets.append(("pos_embed", encoder.position_embedding, None))
     for key, present in (
@@ -256,6 +303,21 @@ def _resnetv2_targets(stem, prefix):
         for i in (1, 2, 3):
             conv, norm_layer = getattr(block, f"conv{i}"), getattr(block, f"norm{i}")
             targets += conv_norm(conv, norm_layer, f"{p}.conv{i}", f"{p}.norm{i}")
+    return targets
+
+
+def _convstem_targets(stem, prefix):
+    """timm's `ConvStem` keys (`ConvNormAct`'s `conv` and `bn`, BatchNorm's running statistics)."""
+    targets = []
+    for i, conv in enumerate(stem.convs):
+        targets.append((f"{prefix}.{i}.conv.weight", conv.kernel, CONV))
+        if conv.use_bias:
+            targets.append((f"{prefix}.{i}.conv.bias", conv.bias, None))
+    for i, bn in enumerate(stem.norms):
+        p = f"{prefix}.{i}.bn"
+        targets += norm(bn, p)
+        targets.append((f"{p}.running_mean", bn.moving_mean, None))
+        targets.append((f"{p}.running_var", bn.moving_variance, None))
     return targets
 
 

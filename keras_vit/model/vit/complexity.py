@@ -11,7 +11,7 @@ product backward).
 
 import math
 
-from keras_vit.model.vit.architecture import RESNETV2_CHANNELS, RESNETV2_STEM_CHANNELS
+from keras_vit.model.vit.architecture import CONVSTEM_STRIDES, RESNETV2_CHANNELS, RESNETV2_STEM_CHANNELS
 
 
 def _heads(arch):
@@ -64,6 +64,31 @@ def _resnetv2(a):
     return parameters, macs
 
 
+def _convstem(a):
+    """(parameters as timm counts them: BatchNorm's running statistics are buffers,
+    multiply-accumulates) of MobileCLIP's ConvStem."""
+    quarter, d = a.hidden_dim // 4, a.hidden_dim
+    rows, cols = a.image_size
+    parameters, macs, channels = 0, 0, a.channels
+    for i, (width, stride) in enumerate(zip((quarter, quarter, d), CONVSTEM_STRIDES, strict=True)):
+        rows, cols = rows // stride, cols // stride
+        weights = stride * stride * channels * width
+        parameters += weights + (width if i == 2 else 2 * width)  # a bias, or BatchNorm's scale and shift
+        macs += rows * cols * weights
+        channels = width
+    return parameters, macs
+
+
+def _stem(a):
+    """(parameters, multiply-accumulates) of the stem, or (0, 0)."""
+    return {None: lambda a: (0, 0), "resnetv2": _resnetv2, "convstem": _convstem}[a.stem](a)
+
+
+def _patch_projection(a):
+    """Weights of the patch projection (none after a stem that projects itself), without bias."""
+    return 0 if a.stem == "convstem" else a.patch_size**2 * a.feature_channels * a.hidden_dim
+
+
 def _position_bias(a):
     """(parameters, multiply-accumulates) of one relative position bias: timm's `RelPosMlp` runs
     its MLP on every offset of the grid; `RelPosBias` is a table."""
@@ -85,14 +110,13 @@ def _position_biases(a):
 
 def parameter_count(a):
     """Number of weights of a ViT's `Architecture`."""
-    d, m, p = a.hidden_dim, a.mlp_dim, a.patch_size
+    d, m = a.hidden_dim, a.mlp_dim
     prefix = a.prefix_tokens
     position_tokens = a.num_patches + (prefix if a.cls_position_embedding else 0)
     if a.position_bias is not None:
         position_tokens = 0  # a relative position bias instead
-    embed = p * p * a.feature_channels * d + (0 if a.pre_norm else d) + prefix * d + position_tokens * d
-    if a.stem is not None:
-        embed += _resnetv2(a)[0]
+    projection_bias = 0 if a.pre_norm or a.stem == "convstem" else d
+    embed = _patch_projection(a) + projection_bias + prefix * d + position_tokens * d + _stem(a)[0]
     widths, into_fc2 = _MLP_SHAPES[a.mlp]
     mlp_biases = widths * m + d if a.proj_bias else 0
     attention = d * 3 * d + (3 * d if a.qkv_bias else 0) + d * d + (d if a.proj_bias else 0)
@@ -114,12 +138,10 @@ def parameter_count(a):
 
 def forward_flops(a):
     """FLOPs of one image's forward pass (2 per multiply-accumulate)."""
-    d, p = a.hidden_dim, a.patch_size
+    d = a.hidden_dim
     n = a.num_patches
     t = n + a.prefix_tokens
-    macs = n * p * p * a.feature_channels * d
-    if a.stem is not None:
-        macs += _resnetv2(a)[1]
+    macs = n * _patch_projection(a) + _stem(a)[1]
     per_block = t * d * 3 * d + 2 * t * t * d + t * d * d + _mlp_macs(a, t)[1]
     macs += a.depth * per_block + _position_biases(a) * _position_bias(a)[1]
     if a.pooling == "map":

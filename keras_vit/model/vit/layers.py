@@ -12,7 +12,7 @@ from keras import ops
 from keras_vit.model.checks import check_positive_int, check_rate
 from keras_vit.model.layers import Block, DropPath, weight_initializer
 from keras_vit.model.relative_position import relative_log_coords, relative_position_index
-from keras_vit.model.vit.stems import STEMS
+from keras_vit.model.vit.stems import build_stem
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -175,19 +175,22 @@ class PatchEncoder(keras.layers.Layer):
 
         self.backbone = None
         if stem is not None:
-            if stem not in STEMS:
-                raise ValueError(f"stem must be None or one of {', '.join(map(repr, STEMS))}, got {stem!r}.")
-            self.backbone = STEMS[stem](self.stem_depths, dtype=self.dtype_policy, name="backbone")
-        self.projection = keras.layers.Conv2D(
-            hidden_dim,
-            kernel_size=patch_size,
-            strides=patch_size,
-            padding="valid",
-            use_bias=self.projection_bias,
-            kernel_initializer=weight_initializer(),
-            dtype=self.dtype_policy,
-            name="projection",
-        )
+            self.backbone = build_stem(
+                stem, self.stem_depths, hidden_dim, dtype=self.dtype_policy, name="backbone"
+            )
+        # A stem that ends in the tokens' width has no projection after it (timm's proj=False).
+        self.projection = None
+        if self.backbone is None or not self.backbone.projects:
+            self.projection = keras.layers.Conv2D(
+                hidden_dim,
+                kernel_size=patch_size,
+                strides=patch_size,
+                padding="valid",
+                use_bias=self.projection_bias,
+                kernel_initializer=weight_initializer(),
+                dtype=self.dtype_policy,
+                name="projection",
+            )
         self.dropout_layer = keras.layers.Dropout(dropout, dtype=self.dtype_policy, name="dropout")
 
     def build(self, input_shape):
@@ -204,7 +207,8 @@ class PatchEncoder(keras.layers.Layer):
             features = self.backbone.compute_output_shape(input_shape)
         self.grid_size = _patch_grid(features[1], features[2], self.patch_size)
         self.num_patches = self.grid_size[0] * self.grid_size[1]
-        self.projection.build(features)
+        if self.projection is not None:
+            self.projection.build(features)
         if self.class_token:
             self.cls_token = self.add_weight(
                 shape=(1, 1, self.hidden_dim),
@@ -239,7 +243,8 @@ class PatchEncoder(keras.layers.Layer):
                 f"{self.image_size[0]}x{self.image_size[1]}, or make a model for the new size "
                 f"with keras_vit.resize_model(model, image_size)."
             )
-        x = self.projection(images if self.backbone is None else self.backbone(images))
+        x = images if self.backbone is None else self.backbone(images, training=training)
+        x = x if self.projection is None else self.projection(x)
         x = ops.reshape(x, (-1, self.num_patches, self.hidden_dim))
         tokens = [self.cls_token] if self.class_token else []
         tokens += [self.dist_token] if self.distillation_token else []

@@ -1,5 +1,6 @@
 """The convolutional stems of hybrid ViTs (timm's `vision_transformer_hybrid`): a CNN before the
-patch projection, whose feature map the projection turns into tokens (timm's `HybridEmbed`).
+patch projection, whose feature map the projection turns into tokens (timm's `HybridEmbed`), or
+that ends in the tokens' width itself (MobileCLIP's `ConvStem`).
 
 `ResNetV2Stem` is timm's `ResNetV2` as its hybrid ViTs build it (`_resnetv2`: the original
 R50+ViT-B/16 of Dosovitskiy et al. and the AugReg R26/R50 hybrids): no pre-activation, every
@@ -129,6 +130,9 @@ class ResNetV2Stem(keras.layers.Layer):
             `[3, 4, 9]`; R50+ViT-L/32: `[3, 4, 6, 3]`).
     """
 
+    # A patch projection follows it.
+    projects = False
+
     def __init__(self, depths=(), **kwargs):
         super().__init__(**kwargs)
         depths = [int(depth) for depth in depths]
@@ -187,5 +191,71 @@ class ResNetV2Stem(keras.layers.Layer):
         return {**super().get_config(), "depths": list(self.depths)}
 
 
-# The stems by their name (`ViT(stem=...)`): None is the plain patch projection of the pixels.
-STEMS = {"resnetv2": ResNetV2Stem}
+@keras.saving.register_keras_serializable(package="keras_vit")
+class ConvStem(keras.layers.Layer):
+    """MobileCLIP's convolutional stem (timm's `ConvStem` of `vit_base_mci_224`): three
+    non-overlapping convolutions (kernel = stride = 4, 2, 2; no padding) to a quarter, a quarter
+    and all of `hidden_dim` channels, the first two without bias and each followed by BatchNorm
+    and GELU, the last with a bias. It projects to the tokens' width itself: the patch encoder
+    adds no projection (timm's `HybridEmbed(proj=False)`). Weights as timm's: `conv_<i>`, `bn_<i>`.
+
+    Args:
+        hidden_dim: int. The tokens' width, the last convolution's channels.
+    """
+
+    KERNELS = (4, 2, 2)
+    # It ends in the tokens' width: no projection after it.
+    projects = True
+
+    def __init__(self, hidden_dim, **kwargs):
+        super().__init__(**kwargs)
+        check_positive_int(hidden_dim, "hidden_dim")
+        # === Config ===
+        self.hidden_dim = hidden_dim
+
+        widths = (hidden_dim // 4, hidden_dim // 4, hidden_dim)
+        self.convs = [
+            keras.layers.Conv2D(
+                width, kernel, strides=kernel, use_bias=i == 2, dtype=self.dtype_policy, name=f"conv_{i}"
+            )
+            for i, (width, kernel) in enumerate(zip(widths, self.KERNELS, strict=True))
+        ]
+        self.norms = [
+            keras.layers.BatchNormalization(
+                epsilon=1e-5, momentum=0.9, dtype=self.dtype_policy, name=f"bn_{i}"
+            )
+            for i in range(2)
+        ]
+
+    def build(self, input_shape):
+        shape = tuple(input_shape)
+        for i, conv in enumerate(self.convs):
+            conv.build(shape)
+            shape = conv.compute_output_shape(shape)
+            if i < len(self.norms):
+                self.norms[i].build(shape)
+
+    def call(self, images, training=None):
+        x = images
+        for i, conv in enumerate(self.convs):
+            x = conv(x)
+            if i < len(self.norms):
+                x = keras.activations.gelu(self.norms[i](x, training=training), approximate=False)
+        return x
+
+    def compute_output_shape(self, input_shape):
+        for conv in self.convs:
+            input_shape = conv.compute_output_shape(input_shape)
+        return input_shape
+
+    def get_config(self):
+        return {**super().get_config(), "hidden_dim": self.hidden_dim}
+
+
+def build_stem(stem, stem_depths, hidden_dim, **kwargs):
+    """The stem layer named `stem` (`ViT(stem=...)`) for a ViT `hidden_dim` wide."""
+    if stem == "resnetv2":
+        return ResNetV2Stem(stem_depths, **kwargs)
+    if stem == "convstem":
+        return ConvStem(hidden_dim, **kwargs)
+    raise ValueError(f"stem must be None, 'resnetv2' or 'convstem', got {stem!r}.")

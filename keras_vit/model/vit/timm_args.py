@@ -9,7 +9,7 @@ them: `act_layer` by timm's name ("quick_gelu"), `mlp_layer` as "mlp", "swiglu" 
 `norm_layer` as "layernorm" or `{"name": "layernorm", "eps": 1e-5}`.
 """
 
-from keras_vit.model.vit.architecture import ARGUMENTS, STEMS, Architecture
+from keras_vit.model.vit.architecture import ARGUMENTS, Architecture
 
 # timm's keyword arguments that are a ViT argument as they are.
 SAME = {
@@ -153,9 +153,15 @@ def _stem(embed_layer, source):
     a ResNetV2, written `{"name": "HybridEmbed", "backbone": "resnetv2", "depths": [...]}`."""
     if embed_layer is None:
         return None, []
-    if isinstance(embed_layer, dict) and embed_layer.get("backbone") in STEMS[1:]:
-        return embed_layer["backbone"], list(embed_layer.get("depths", []))
-    raise NotBuildable(f"{source} takes embed_layer={embed_layer!r}; keras-vit has a ResNetV2 stem only.")
+    backbone = embed_layer.get("backbone") if isinstance(embed_layer, dict) else None
+    if backbone == "resnetv2":
+        return backbone, list(embed_layer.get("depths", []))
+    if backbone == "ConvStem" and embed_layer.get("proj") is False:  # MobileCLIP's
+        return "convstem", []
+    raise NotBuildable(
+        f"{source} takes embed_layer={embed_layer!r}; keras-vit has timm's ResNetV2 and MobileCLIP's "
+        f"ConvStem."
+    )
 
 
 def _position_bias(rel_pos_type, source):
@@ -187,11 +193,17 @@ def timm_kwargs(arguments):
         rel_pos_type={ours: timm for timm, ours in TIMM_POSITION_BIASES.items()}[arch.position_bias],
         rel_pos_dim=arch.position_bias_dim,
         shared_rel_pos=arch.shared_position_bias,
-        embed_layer=None
-        if arch.stem is None
-        else {"name": "HybridEmbed", "backbone": arch.stem, "depths": list(arch.stem_depths)},
+        embed_layer=_embed_layer(arch),
     )
     return kwargs
+
+
+def _embed_layer(arch):
+    if arch.stem is None:
+        return None
+    if arch.stem == "convstem":
+        return {"name": "HybridEmbed", "backbone": "ConvStem", "proj": False}
+    return {"name": "HybridEmbed", "backbone": arch.stem, "depths": list(arch.stem_depths)}
 
 
 def _block_fn(arch):
