@@ -9,7 +9,9 @@ from keras.ops import convert_to_numpy as to_numpy
 from keras_vit.model.layers import DropPath, ImageNormalization
 from keras_vit.model.vit.layers import (
     AttentionPoolLatent,
+    DifferentialAttention,
     MultiHeadSelfAttention,
+    ParallelScalingBlock,
     PatchEncoder,
     Patches,
     RelativePositionBias,
@@ -134,6 +136,13 @@ LAYERS = [
     (StdConv2D, dict(filters=8, kernel_size=(3, 3), strides=(2, 2), epsilon=1e-6)),
     (ResNetV2Bottleneck, dict(filters=64, strides=2, downsample=True)),
     (ResNetV2Stem, dict(depths=[2, 1])),
+    (PatchEncoder, dict(patch_size=1, hidden_dim=16, stem="convstem")),
+    (DifferentialAttention, dict(hidden_dim=16, num_heads=2, qkv_bias=False, depth=3)),
+    (
+        ParallelScalingBlock,
+        dict(hidden_dim=16, num_heads=2, mlp_dim=40, qkv_bias=False, layer_scale=0.1, attention="diff"),
+    ),
+    (ParallelScalingBlock, dict(hidden_dim=16, num_heads=2, mlp_dim=40, activation="silu")),
     (
         RelativePositionBias,
         dict(kind="mlp", grid_size=[2, 3], num_heads=2, num_prefix_tokens=1, hidden_dim=8),
@@ -205,6 +214,9 @@ def test_layers_survive_a_keras_round_trip(tmp_path):
     x = TransformerBlock(16, 2, 32, position_bias=dict(kind="mlp", grid_size=[4, 4], num_prefix_tokens=1))(x)
     shared = RelativePositionBias("table", (4, 4), 2, num_prefix_tokens=1)(x)
     x = ResPostBlock(16, 2, 32, layer_scale=0.5)(x, position_bias=shared)
+    x = TransformerBlock(16, 2, 32, attention="diff", depth=1)(x)
+    x = ParallelScalingBlock(16, 2, 40, qkv_bias=False, attention="diff")(x)
+    x = ParallelScalingBlock(16, 2, 40, layer_scale=0.1)(x)
     pooled = TokenPooling("gap")(x)
     attention_pooled = AttentionPoolLatent(16, 2, 32, num_prefix_tokens=1)(x)
     patches = Patches(4)(inputs)

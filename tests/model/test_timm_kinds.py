@@ -62,6 +62,11 @@ KINDS = [
     # is 768 wide, with an MLP as wide) ends in the tokens' width: no patch projection.
     ("hybrid, MobileCLIP ConvStem", "vit_base_mci_224.apple_mclip2_dfndr2b",
      dict(embed_dim=768, mlp_ratio=1.0), 160),
+    # The "wee" ViTs: attention and MLP in parallel (ViT-22B's ParallelScalingBlock); differential
+    # attention (attn_layer='diff'); both (DiffParallelScalingBlock), without qkv bias (mlp_bias).
+    ("parallel blocks", "vit_pwee_patch16_reg1_gap_256.sbb_in1k", {}, 192),
+    ("differential attention", "vit_dwee_patch16_reg1_gap_256.sbb_in1k", {}, 192),
+    ("parallel differential", "vit_dpwee_patch16_reg1_gap_256.sbb_in1k", dict(qkv_bias=False), 192),
 ]  # fmt: skip
 
 
@@ -88,7 +93,7 @@ def kind(request):
         for key, parameter in reference.named_parameters():
             if key.endswith(("gamma", "latent")) or "norm" in key:
                 parameter.copy_(torch.randn_like(parameter) * 0.5 + (1 if "weight" in key else 0))
-            elif key.endswith("relative_position_bias_table") or ".bn." in key:
+            elif key.endswith("relative_position_bias_table") or ".bn." in key or "lambda_" in key:
                 parameter.copy_(torch.randn_like(parameter) + (1 if key.endswith("bn.weight") else 0))
         for key, buffer in reference.named_buffers():  # BatchNorm's running statistics
             if key.endswith(("running_mean", "running_var")):
@@ -150,8 +155,21 @@ def test_each_kind_survives_a_keras_round_trip(kind, hub_cache, tmp_path):
         dict(position_bias="table", shared_position_bias=True, block="res_post", pooling="gap"),
         dict(stem="resnetv2", stem_depths=[1, 1], image_size=64, patch_size=1),  # a hybrid
         dict(stem="convstem", image_size=64, patch_size=1, cls_position_embedding=False),  # MobileCLIP
+        dict(attention="diff", layer_scale=1e-5),
+        dict(block="parallel", attention="diff", qkv_bias=False, class_token=False, pooling="gap"),
     ],
-    ids=["clip", "siglip", "dinov2-g", "swiglu", "relpos", "srelpos-table-rpn", "hybrid", "mobileclip"],
+    ids=[
+        "clip",
+        "siglip",
+        "dinov2-g",
+        "swiglu",
+        "relpos",
+        "srelpos-table-rpn",
+        "hybrid",
+        "mobileclip",
+        "diff",
+        "parallel-diff",
+    ],
 )
 def test_each_part_exports_to_tflite_with_builtin_ops_only_and_the_same_outputs(parts):
     from ai_edge_litert.interpreter import Interpreter
@@ -174,7 +192,7 @@ def test_each_part_exports_to_tflite_with_builtin_ops_only_and_the_same_outputs(
 
 # keras-vit resolved this many of timm 1.0.31's pretrained ViT tags when the coverage script was
 # written (scripts/timm_coverage.py); a change that resolves fewer fails here.
-RESOLVED_AT_LEAST = 302
+RESOLVED_AT_LEAST = 308
 
 
 def test_the_tags_keras_vit_resolves_by_name_do_not_drop_and_each_other_one_has_a_reason():
@@ -239,7 +257,11 @@ def test_each_kinds_block_features_are_timms(kind, hub_cache):
         (dict(mlp="glu"), r"mlp must be one of 'mlp', 'swiglu', 'swiglu_packed', got 'glu'"),
         (dict(mlp="swiglu_packed", mlp_dim=63), r"halves fc1's 63 outputs: give an even mlp_dim"),
         (dict(pooling="token", class_token=False), r"set class_token=True or pooling='gap'"),
-        (dict(block="post_norm"), r"block must be one of 'pre_norm', 'res_post', got 'post_norm'"),
+        (dict(block="post_norm"), r"block must be one of 'pre_norm', 'res_post', 'parallel', got 'post"),
+        (dict(attention="linear"), r"attention must be one of 'standard', 'diff', got 'linear'"),
+        (dict(attention="diff", num_heads=32), r"attention='diff' halves each head"),
+        (dict(block="parallel", mlp="swiglu"), r"block='parallel' has timm's plain MLP"),
+        (dict(stem="convstem", patch_size=8), r"stem='convstem' ends in the tokens' width itself"),
         (dict(position_bias="rope"), r"position_bias must be one of None, 'mlp', 'table', got 'rope'"),
         (dict(shared_position_bias=True), r"shared_position_bias shares a relative position bias"),
         (dict(position_bias="table", register_tokens=1), r"'table' has entries for one \[cls\] token, not 2"),
@@ -303,11 +325,15 @@ def test_a_tag_by_name_builds_its_own_architecture_from_a_repo_another_tag_share
         "vit_small_r26_s32_224",
         "vit_base_r50_s16_384",
         "vit_base_mci_224",
+        "vit_pwee_patch16_reg1_gap_256",
+        "vit_dwee_patch16_reg1_gap_256",
+        "vit_dpwee_patch16_reg1_gap_256",
     ],
 )
 def test_each_kinds_parameters_and_forward_flops_equal_timms(name):
     """Counted on timm's full-size model on PyTorch's meta device (shapes only): the attention
-    pooling, pre-norm, SwiGLU, the relative position biases' MLPs and the hybrids' ResNetV2 included."""
+    pooling, pre-norm, SwiGLU, the relative position biases' MLPs, the hybrids' stems, the parallel
+    blocks and differential attention (two attention passes, as timm computes it) included."""
     from torch.utils.flop_counter import FlopCounterMode
 
     with torch.device("meta"):

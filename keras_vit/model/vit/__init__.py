@@ -35,8 +35,19 @@ class ViTFamily(Family):
     hub_module = "keras_vit.model.vit.hub_config"
     has_attention_maps = True
     # timm's no_weight_decay and its 1-d rule: norms, biases, prefix tokens, position
-    # embeddings and LayerScale.
-    no_weight_decay = (*ONE_D_WEIGHTS, "cls_token", "dist_token", "position_embedding", "ls1", "ls2")
+    # embeddings, LayerScale (a parallel block's `ls`) and differential attention's lambdas and
+    # sub_norm.
+    no_weight_decay = (
+        *ONE_D_WEIGHTS,
+        "cls_token",
+        "dist_token",
+        "position_embedding",
+        "ls1",
+        "ls2",
+        "^ls$",
+        "lambda_",
+        "sub_norm",
+    )
     quantization_groups = {
         "patch projection": ((r"/patch_encoder(_\d+)?/", "CONV_2D"),),
         **TRANSFORMER_QUANTIZATION_GROUPS,

@@ -17,9 +17,11 @@ POOLINGS = ("token", "gap", "map", "none")
 # The MLP's activation (timm's `act_layer`) and kind (timm's `mlp_layer`: Mlp, SwiGLU, SwiGLUPacked).
 ACTIVATIONS = ("gelu", "gelu_tanh", "quick_gelu", "silu")
 MLPS = ("mlp", "swiglu", "swiglu_packed")
-# The block (timm's `block_fn`): pre-norm (`Block`, `RelPosBlock`) or post-norm (`ResPostBlock`,
-# `ResPostRelPosBlock`).
-BLOCKS = ("pre_norm", "res_post")
+# The block (timm's `block_fn`): pre-norm (`Block`, `RelPosBlock`), post-norm (`ResPostBlock`,
+# `ResPostRelPosBlock`) or attention and MLP in parallel (`ParallelScalingBlock`).
+BLOCKS = ("pre_norm", "res_post", "parallel")
+# The attention (timm's `attn_layer`): softmax attention, or differential attention ("diff").
+ATTENTIONS = ("standard", "diff")
 # The relative position bias in place of absolute position embeddings (timm's `rel_pos_type` of
 # `VisionTransformerRelPos`): none, `RelPosMlp` or `RelPosBias`.
 POSITION_BIASES = (None, "mlp", "table")
@@ -86,6 +88,7 @@ class Architecture:
     activation: str = "gelu"
     mlp: str = "mlp"
     block: str = "pre_norm"
+    attention: str = "standard"
     position_bias: str | None = None
     position_bias_dim: int = 128
     shared_position_bias: bool = False
@@ -149,6 +152,7 @@ class Architecture:
             ("activation", ACTIVATIONS),
             ("mlp", MLPS),
             ("block", BLOCKS),
+            ("attention", ATTENTIONS),
             ("position_bias", POSITION_BIASES),
             ("stem", STEMS),
         ):
@@ -174,6 +178,14 @@ class Architecture:
             raise ValueError(
                 f"The stem's {features[0]}x{features[1]} feature map is not divisible by the patch "
                 f"size {self.patch_size}."
+            )
+        if self.block == "parallel" and (self.mlp != "mlp" or self.position_bias is not None):
+            raise ValueError("block='parallel' has timm's plain MLP and no relative position bias.")
+        halves = self.hidden_dim % (2 * self.num_heads) == 0
+        if self.attention == "diff" and (self.position_bias is not None or not halves):
+            raise ValueError(
+                "attention='diff' halves each head and takes no relative position bias: give a "
+                "hidden_dim divisible by 2 x num_heads and no position_bias."
             )
         if self.shared_position_bias and self.position_bias is None:
             raise ValueError("shared_position_bias shares a relative position bias: set position_bias too.")

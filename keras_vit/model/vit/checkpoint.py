@@ -267,6 +267,11 @@ def _targets(model, encoder, final_norm_key):
         targets += _position_bias_targets(model.get_layer("position_bias"), "shared_rel_pos")
     for i, block in enumerate(model.blocks):
         p = f"blocks.{i}"
+        if model.block == "parallel":
+            targets += _parallel_block_targets(block, p)
+            continue
+        if block.attention_kind == "diff":
+            targets += _differential_targets(block.attention.diff, f"{p}.attn")
         targets += norm(block.norm1, f"{p}.norm1")
         if block.attention.rel_pos is not None:
             targets += _position_bias_targets(block.attention.rel_pos, f"{p}.attn.rel_pos")
@@ -303,6 +308,28 @@ def _resnetv2_targets(stem, prefix):
         for i in (1, 2, 3):
             conv, norm_layer = getattr(block, f"conv{i}"), getattr(block, f"norm{i}")
             targets += conv_norm(conv, norm_layer, f"{p}.conv{i}", f"{p}.norm{i}")
+    return targets
+
+
+def _differential_targets(core, prefix):
+    """timm's `DiffAttention` lambdas and `sub_norm` (a `DiffParallelScalingBlock`'s too)."""
+    lambdas = [(f"{prefix}.{name}", getattr(core, name), None) for name in ("lambda_q1", "lambda_k1")]
+    lambdas += [(f"{prefix}.{name}", getattr(core, name), None) for name in ("lambda_q2", "lambda_k2")]
+    return lambdas + [(f"{prefix}.sub_norm.weight", core.sub_norm, None)]
+
+
+def _parallel_block_targets(block, p):
+    """timm's `ParallelScalingBlock` (and `DiffParallelScalingBlock`) keys."""
+    targets = norm(block.in_norm, f"{p}.in_norm") + linear(block.in_proj, f"{p}.in_proj", bias=block.qkv_bias)
+    if not block.qkv_bias:
+        targets.append((f"{p}.mlp_bias", block.mlp_bias, None))
+    if block.diff is not None:
+        targets += _differential_targets(block.diff, p)
+    for layer in (block.out_proj, block.attn_out_proj, block.mlp_out_proj):
+        if layer is not None:
+            targets += linear(layer, f"{p}.{layer.name}", bias=block.proj_bias)
+    if block.layer_scale is not None:
+        targets.append((f"{p}.ls.gamma", block.ls, None))
     return targets
 
 

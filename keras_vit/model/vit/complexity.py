@@ -108,21 +108,36 @@ def _position_biases(a):
     return 1 if a.shared_position_bias else a.depth
 
 
+def _block_parameters(a):
+    """Weights of one block: timm's `Block` (pre- or post-norm) or `ParallelScalingBlock`."""
+    d, m = a.hidden_dim, a.mlp_dim
+    if a.block == "parallel":  # in_norm, in_proj (MLP and QKV), the two output projections
+        block = 2 * d + d * (m + 3 * d) + (m + 3 * d if a.qkv_bias else m) + d * d + m * d
+        out_projections = 1 if a.attention == "diff" else 2  # DiffParallelScalingBlock fuses them
+        block += out_projections * d if a.proj_bias else 0
+        block += d if a.layer_scale is not None else 0
+    else:
+        widths, _ = _MLP_SHAPES[a.mlp]
+        mlp_biases = widths * m + d if a.proj_bias else 0
+        attention = d * 3 * d + (3 * d if a.qkv_bias else 0) + d * d + (d if a.proj_bias else 0)
+        block = 2 * 2 * d + attention + _mlp_macs(a, 1)[0] + mlp_biases
+        if a.layer_scale is not None and a.block == "pre_norm":  # post-norm: the norms' initial scale
+            block += 2 * d
+    if a.attention == "diff":  # four lambdas and sub_norm, each half a head wide or a head
+        block += 3 * d // a.num_heads
+    return block
+
+
 def parameter_count(a):
     """Number of weights of a ViT's `Architecture`."""
-    d, m = a.hidden_dim, a.mlp_dim
+    d = a.hidden_dim
     prefix = a.prefix_tokens
     position_tokens = a.num_patches + (prefix if a.cls_position_embedding else 0)
     if a.position_bias is not None:
         position_tokens = 0  # a relative position bias instead
     projection_bias = 0 if a.pre_norm or a.stem == "convstem" else d
     embed = _patch_projection(a) + projection_bias + prefix * d + position_tokens * d + _stem(a)[0]
-    widths, into_fc2 = _MLP_SHAPES[a.mlp]
-    mlp_biases = widths * m + d if a.proj_bias else 0
-    attention = d * 3 * d + (3 * d if a.qkv_bias else 0) + d * d + (d if a.proj_bias else 0)
-    block = 2 * 2 * d + attention + _mlp_macs(a, 1)[0] + mlp_biases
-    if a.layer_scale is not None and a.block == "pre_norm":  # post-norm: the norms' initial scale
-        block += 2 * d
+    block = _block_parameters(a)
     norms = 2 * d * (int(a.pre_norm) + int(a.final_norm))
     total = embed + a.depth * block + norms + _position_biases(a) * _position_bias(a)[0]
     if a.pooling == "map":
@@ -142,7 +157,10 @@ def forward_flops(a):
     n = a.num_patches
     t = n + a.prefix_tokens
     macs = n * _patch_projection(a) + _stem(a)[1]
-    per_block = t * d * 3 * d + 2 * t * t * d + t * d * d + _mlp_macs(a, t)[1]
+    # Differential attention, as timm computes it (two attention passes, each over values of a
+    # whole head's width), costs 3 t^2 d to softmax attention's 2 t^2 d.
+    attention = (3 if a.attention == "diff" else 2) * t * t * d
+    per_block = t * d * 3 * d + attention + t * d * d + _mlp_macs(a, t)[1]
     macs += a.depth * per_block + _position_biases(a) * _position_bias(a)[1]
     if a.pooling == "map":
         macs += _attention_pool(a)[1]

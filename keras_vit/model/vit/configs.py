@@ -179,6 +179,8 @@ def _describe(a):
         "no qkv bias" if not a["qkv_bias"] else None,
         "distilled" if a["distillation_token"] else None,
         "post-norm blocks" if a["block"] == "res_post" else None,
+        "parallel blocks" if a["block"] == "parallel" else None,
+        "differential attention" if a["attention"] == "diff" else None,
         f"ResNetV2 stem {list(a['stem_depths'])}" if a["stem"] else None,
         (f"{'shared ' if a['shared_position_bias'] else ''}relative position {a['position_bias']}"
          if a["position_bias"] else None),

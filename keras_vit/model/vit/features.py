@@ -15,7 +15,7 @@ import keras
 from keras import ops
 
 from keras_vit.model.features import take_indices as block_indices
-from keras_vit.model.vit.layers import PatchEncoder, RelativePositionBias, TransformerBlock
+from keras_vit.model.vit.layers import BLOCK_CLASSES, PatchEncoder, RelativePositionBias
 
 OUTPUTS = ("grid", "tokens")
 
@@ -87,4 +87,4 @@ def _norms_tokens(model):
 
 
 def _blocks(model):
-    return [layer for layer in model.layers if isinstance(layer, TransformerBlock)]
+    return [layer for layer in model.layers if isinstance(layer, BLOCK_CLASSES)]

@@ -6,6 +6,8 @@ its sublayers with `dtype=self.dtype_policy` (so mixed precision needs no
 special cases) and returns every argument from `get_config`.
 """
 
+import math
+
 import keras
 from keras import ops
 
@@ -320,6 +322,14 @@ def fused_attention(q, k, v, num_heads, scale, bias=None):
     return ops.reshape(out, ops.shape(q))
 
 
+# The attention's kind (`ViT(attention=...)`, timm's `attn_layer`).
+ATTENTIONS = ("standard", "diff")
+
+
+def _choices(names):
+    return ", ".join(map(repr, names))
+
+
 # The kinds of relative position bias (`ViT(position_bias=...)`, timm's `rel_pos_type`): "mlp",
 # timm's `RelPosMlp` (an MLP of the log-spaced offsets, its "cr" mode), and "table", timm's
 # `RelPosBias` (a learned table indexed by the offsets, BEiT's and the Swin's).
@@ -565,6 +575,196 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         return config
 
 
+@keras.saving.register_keras_serializable(package="keras_vit")
+class DifferentialAttentionCore(keras.layers.Layer):
+    """Differential attention over projected queries, keys and values (Ye et al. 2024, timm's
+    `DiffAttention` and `DiffParallelScalingBlock`), without the projections around it.
+
+    Each head's queries and keys are split in two halves of `head_dim / 2`, each pair gives a
+    softmax map, and the head attends with the first map minus `lambda` times the second
+    (`lambda = exp(lambda_q1 . lambda_k1) - exp(lambda_q2 . lambda_k2) + lambda_init`,
+    `lambda_init = 0.8 - 0.6 exp(-0.3 depth)`); each head's output is RMS-normalised
+    (`sub_norm`, epsilon 1e-5) and scaled by `1 - lambda_init`. Called on `(q, k, v)`, each
+    `(batch, tokens, width)`, it returns `(batch, tokens, width)` (and the `(batch, heads, tokens,
+    tokens)` differential maps when asked). Weights as timm's: `lambda_q1`, `lambda_k1`,
+    `lambda_q2`, `lambda_k2`, `sub_norm`.
+
+    Args:
+        hidden_dim: int. Width of the tokens.
+        num_heads: int. Heads; `2 * num_heads` must divide `hidden_dim`.
+        depth: int, default 0. The block's index, which sets `lambda_init` (timm's `depth`).
+        attention_dropout: float, default 0. Dropout on both softmax maps.
+    """
+
+    def __init__(self, hidden_dim, num_heads, depth=0, attention_dropout=0.0, **kwargs):
+        super().__init__(**kwargs)
+        check_positive_int(hidden_dim, "hidden_dim")
+        check_positive_int(num_heads, "num_heads")
+        if hidden_dim % (2 * num_heads):
+            raise ValueError(
+                f"Differential attention halves each of the {num_heads} heads: 2 x num_heads must divide "
+                f"hidden_dim={hidden_dim}."
+            )
+        check_rate(attention_dropout, "attention_dropout")
+        # === Config ===
+        self.hidden_dim = hidden_dim
+        self.num_heads = num_heads
+        self.depth = int(depth)
+        self.attention_dropout = attention_dropout
+
+        self.head_dim = hidden_dim // num_heads // 2
+        self.scale = self.head_dim**-0.5
+        self.lambda_init = 0.8 - 0.6 * math.exp(-0.3 * self.depth)
+        self.attention_dropout_layer = keras.layers.Dropout(
+            attention_dropout, dtype=self.dtype_policy, name="attention_dropout"
+        )
+
+    def build(self, input_shape):
+        for name in ("lambda_q1", "lambda_k1", "lambda_q2", "lambda_k2"):
+            setattr(
+                self,
+                name,
+                self.add_weight(
+                    shape=(self.head_dim,),
+                    initializer=keras.initializers.RandomNormal(stddev=0.1),
+                    name=name,
+                    autocast=False,  # timm computes lambda in float32
+                ),
+            )
+        self.sub_norm = self.add_weight(shape=(2 * self.head_dim,), initializer="ones", name="sub_norm")
+
+    def _lambda(self):
+        first = ops.exp(ops.sum(self.lambda_q1 * self.lambda_k1))
+        second = ops.exp(ops.sum(self.lambda_q2 * self.lambda_k2))
+        return first - second + self.lambda_init
+
+    def call(self, q, k, v, training=None, return_attention_scores=False):
+        num_tokens = q.shape[1] if q.shape[1] is not None else ops.shape(q)[1]
+
+        def heads(x, count, width):
+            return ops.transpose(ops.reshape(x, (-1, num_tokens, count, width)), (0, 2, 1, 3))
+
+        q = heads(q, 2 * self.num_heads, self.head_dim) * ops.cast(self.scale, q.dtype)
+        k = heads(k, 2 * self.num_heads, self.head_dim)
+        v = heads(v, self.num_heads, 2 * self.head_dim)
+        scores = ops.cast(ops.matmul(q, ops.transpose(k, (0, 1, 3, 2))), "float32")
+        weights = self.attention_dropout_layer(ops.softmax(scores, axis=-1), training=training)
+        # Heads 2h and 2h + 1 are head h's two maps (timm's view(B, H, 2, N, N)).
+        differential = weights[:, 0::2] - self._lambda() * weights[:, 1::2]
+        out = ops.matmul(ops.cast(differential, v.dtype), v)
+        variance = ops.mean(ops.square(ops.cast(out, "float32")), axis=-1, keepdims=True)
+        out = ops.cast(ops.cast(out, "float32") * ops.rsqrt(variance + 1e-5), v.dtype)
+        out = out * ops.cast(self.sub_norm * (1 - self.lambda_init), v.dtype)
+        out = ops.reshape(ops.transpose(out, (0, 2, 1, 3)), (-1, num_tokens, self.hidden_dim))
+        if return_attention_scores:
+            return out, ops.cast(differential, v.dtype)
+        return out
+
+    def compute_output_spec(self, q, k, v, training=None, return_attention_scores=False):
+        return _output_spec(self, q, return_attention_scores)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "hidden_dim": self.hidden_dim,
+                "num_heads": self.num_heads,
+                "depth": self.depth,
+                "attention_dropout": self.attention_dropout,
+            }
+        )
+        return config
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class DifferentialAttention(keras.layers.Layer):
+    """Multi-head differential attention (timm's `DiffAttention`, `attn_layer="diff"`: the "wee"
+    ViTs): `qkv`, `DifferentialAttentionCore` (its weights under `diff`), `proj`.
+
+    Args:
+        hidden_dim, num_heads, attention_dropout, dropout, qkv_bias, proj_bias: as
+            `MultiHeadSelfAttention`'s.
+        depth: int, default 0. The block's index (`DifferentialAttentionCore`).
+    """
+
+    def __init__(
+        self,
+        hidden_dim,
+        num_heads,
+        attention_dropout=0.0,
+        dropout=0.0,
+        qkv_bias=True,
+        proj_bias=True,
+        depth=0,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        check_rate(dropout, "dropout")
+        # === Config ===
+        self.hidden_dim = hidden_dim
+        self.num_heads = num_heads
+        self.attention_dropout = attention_dropout
+        self.dropout = dropout
+        self.qkv_bias = bool(qkv_bias)
+        self.proj_bias = bool(proj_bias)
+        self.depth = int(depth)
+        self.rel_pos = None  # none: it takes no relative position bias
+
+        self.diff = DifferentialAttentionCore(
+            hidden_dim, num_heads, depth, attention_dropout, dtype=self.dtype_policy, name="diff"
+        )
+        self.qkv = keras.layers.Dense(
+            3 * hidden_dim,
+            use_bias=self.qkv_bias,
+            kernel_initializer=weight_initializer(),
+            dtype=self.dtype_policy,
+            name="qkv",
+        )
+        self.proj = keras.layers.Dense(
+            hidden_dim,
+            use_bias=self.proj_bias,
+            kernel_initializer=weight_initializer(),
+            dtype=self.dtype_policy,
+            name="proj",
+        )
+        self.dropout_layer = keras.layers.Dropout(dropout, dtype=self.dtype_policy, name="dropout")
+
+    def build(self, input_shape):
+        self.qkv.build(input_shape)
+        self.diff.build(input_shape)
+        self.proj.build(input_shape)
+
+    def call(self, x, training=None, return_attention_scores=False, position_bias=None):
+        if position_bias is not None:
+            raise ValueError("Differential attention takes no relative position bias.")
+        q, k, v = ops.split(self.qkv(x), 3, axis=-1)
+        out = self.diff(q, k, v, training=training, return_attention_scores=return_attention_scores)
+        out, scores = out if return_attention_scores else (out, None)
+        out = self.dropout_layer(self.proj(out), training=training)
+        return (out, scores) if return_attention_scores else out
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+    def compute_output_spec(self, x, training=None, return_attention_scores=False, position_bias=None):
+        return _output_spec(self, x, return_attention_scores)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "hidden_dim": self.hidden_dim,
+                "num_heads": self.num_heads,
+                "attention_dropout": self.attention_dropout,
+                "dropout": self.dropout,
+                "qkv_bias": self.qkv_bias,
+                "proj_bias": self.proj_bias,
+                "depth": self.depth,
+            }
+        )
+        return config
+
+
 class _Mlp:
     """timm's `Mlp`: fc1, the activation, fc2 (the activation fused into fc1's Dense)."""
 
@@ -639,6 +839,9 @@ class TransformerBlock(Block):
             outputs halved into gate and value, fc2 on `mlp_dim / 2`).
         position_bias: None or a dict of `RelativePositionBias`'s arguments: the attention's own
             relative position bias (timm's `RelPosBlock`); a shared one is given to `call`.
+        attention: str, default "standard". The attention's kind (timm's `attn_layer`):
+            "standard" (`MultiHeadSelfAttention`) or "diff" (`DifferentialAttention`).
+        depth: int, default 0. The block's index, which differential attention reads.
     """
 
     def __init__(
@@ -656,12 +859,18 @@ class TransformerBlock(Block):
         activation="gelu",
         mlp="mlp",
         position_bias=None,
+        attention="standard",
+        depth=0,
         **kwargs,
     ):
         super().__init__(**kwargs)
         check_positive_int(mlp_dim, "mlp_dim")
         if mlp not in MLPS:
             raise ValueError(f"mlp must be one of {', '.join(map(repr, MLPS))}, got {mlp!r}.")
+        if attention not in ATTENTIONS:
+            raise ValueError(f"attention must be one of {_choices(ATTENTIONS)}, got {attention!r}.")
+        if attention == "diff" and position_bias is not None:
+            raise ValueError("Differential attention takes no relative position bias.")
         # === Config ===
         self.hidden_dim = hidden_dim
         self.num_heads = num_heads
@@ -676,6 +885,8 @@ class TransformerBlock(Block):
         self.activation = activation
         self.mlp = mlp
         self.position_bias = None if position_bias is None else dict(position_bias)
+        self.attention_kind = attention
+        self.depth = int(depth)
         self.mlp_part = MLPS[mlp]
         self.activation_function = activation_named(activation)
 
@@ -698,17 +909,20 @@ class TransformerBlock(Block):
             )
 
         self.norm1 = layer_norm("norm1")
-        self.attention = MultiHeadSelfAttention(
-            hidden_dim,
-            num_heads,
+        common = dict(
             attention_dropout=attention_dropout,
             dropout=dropout,
             qkv_bias=qkv_bias,
             proj_bias=proj_bias,
-            position_bias=position_bias,
             dtype=self.dtype_policy,
             name="attention",
         )
+        if attention == "diff":
+            self.attention = DifferentialAttention(hidden_dim, num_heads, depth=self.depth, **common)
+        else:
+            self.attention = MultiHeadSelfAttention(
+                hidden_dim, num_heads, position_bias=position_bias, **common
+            )
         self.drop_path1 = DropPath(drop_path_rate, dtype=self.dtype_policy, name="drop_path1")
         self.norm2 = layer_norm("norm2")
         widths, self.mlp_hidden_dim = self.mlp_part.widths(mlp_dim)
@@ -806,6 +1020,8 @@ class TransformerBlock(Block):
                 "activation": self.activation,
                 "mlp": self.mlp,
                 "position_bias": self.position_bias,
+                "attention": self.attention_kind,
+                "depth": self.depth,
             }
         )
         return config
@@ -836,8 +1052,191 @@ class ResPostBlock(TransformerBlock):
         return x
 
 
+@keras.saving.register_keras_serializable(package="keras_vit")
+class ParallelScalingBlock(Block):
+    """Attention and MLP in parallel from one LayerNorm and one input projection (ViT-22B's,
+    timm's `ParallelScalingBlock`; with `attention="diff"`, its `DiffParallelScalingBlock`):
+    `x + DropPath(LayerScale(attn_out_proj(Attention(q, k, v)) + mlp_out_proj(act(h))))`, where
+    `in_proj(in_norm(x))` gives `h` (the MLP's hidden units, with `mlp_bias` when there is no
+    `qkv_bias`), then the queries, keys and values. Weights as timm's: `in_norm`, `in_proj`,
+    `mlp_bias`, `attn_out_proj`, `mlp_out_proj`, `ls`, and differential attention's under `diff`;
+    with differential attention one `out_proj` on both, concatenated (timm's
+    `DiffParallelScalingBlock` fuses them).
+
+    Args: `TransformerBlock`'s (`mlp` must be "mlp" and `position_bias` None, as timm's).
+    """
+
+    def __init__(
+        self,
+        hidden_dim,
+        num_heads,
+        mlp_dim,
+        dropout=0.0,
+        attention_dropout=0.0,
+        drop_path_rate=0.0,
+        layer_norm_epsilon=1e-6,
+        layer_scale=None,
+        qkv_bias=True,
+        proj_bias=True,
+        activation="gelu",
+        mlp="mlp",
+        position_bias=None,
+        attention="standard",
+        depth=0,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        check_positive_int(hidden_dim, "hidden_dim")
+        check_positive_int(num_heads, "num_heads")
+        check_positive_int(mlp_dim, "mlp_dim")
+        if mlp != "mlp" or position_bias is not None:
+            raise ValueError("A parallel block has timm's plain MLP and no relative position bias.")
+        if attention not in ATTENTIONS:
+            raise ValueError(f"attention must be one of {_choices(ATTENTIONS)}, got {attention!r}.")
+        if hidden_dim % num_heads:
+            raise ValueError(f"num_heads={num_heads} does not divide hidden_dim={hidden_dim}.")
+        # === Config ===
+        self.hidden_dim = hidden_dim
+        self.num_heads = num_heads
+        self.mlp_dim = mlp_dim
+        self.dropout = dropout
+        self.attention_dropout = attention_dropout
+        self.drop_path_rate = drop_path_rate
+        self.layer_norm_epsilon = layer_norm_epsilon
+        self.layer_scale = None if layer_scale is None else float(layer_scale)
+        self.qkv_bias = bool(qkv_bias)
+        self.proj_bias = bool(proj_bias)
+        self.activation = activation
+        self.mlp = mlp
+        self.position_bias = None
+        self.attention_kind = attention
+        self.depth = int(depth)
+        self.activation_function = activation_named(activation)
+
+        self.head_dim = hidden_dim // num_heads
+        self.scale = self.head_dim**-0.5
+
+        def dense(units, name, use_bias):
+            return keras.layers.Dense(
+                units,
+                use_bias=use_bias,
+                kernel_initializer=weight_initializer(),
+                dtype=self.dtype_policy,
+                name=name,
+            )
+
+        self.in_norm = keras.layers.LayerNormalization(
+            epsilon=layer_norm_epsilon, dtype=self.dtype_policy, name="in_norm"
+        )
+        self.in_proj = dense(mlp_dim + 3 * hidden_dim, "in_proj", self.qkv_bias)
+        self.diff = None
+        if attention == "diff":
+            self.diff = DifferentialAttentionCore(
+                hidden_dim, num_heads, depth, attention_dropout, dtype=self.dtype_policy, name="diff"
+            )
+        self.attention_dropout_layer = keras.layers.Dropout(
+            attention_dropout, dtype=self.dtype_policy, name="attention_dropout"
+        )
+        self.mlp_dropout = keras.layers.Dropout(dropout, dtype=self.dtype_policy, name="mlp_dropout")
+        self.out_proj = self.attn_out_proj = self.mlp_out_proj = None
+        if self.diff is not None:
+            self.out_proj = dense(hidden_dim, "out_proj", self.proj_bias)
+        else:
+            self.attn_out_proj = dense(hidden_dim, "attn_out_proj", self.proj_bias)
+            self.mlp_out_proj = dense(hidden_dim, "mlp_out_proj", self.proj_bias)
+        self.drop_path = DropPath(drop_path_rate, dtype=self.dtype_policy, name="drop_path")
+
+    def build(self, input_shape):
+        self.in_norm.build(input_shape)
+        self.in_proj.build(input_shape)
+        if not self.qkv_bias:
+            self.mlp_bias = self.add_weight(shape=(self.mlp_dim,), initializer="zeros", name="mlp_bias")
+        if self.diff is not None:
+            self.diff.build(input_shape)
+        if self.out_proj is not None:
+            self.out_proj.build(tuple(input_shape[:-1]) + (self.hidden_dim + self.mlp_dim,))
+        else:
+            self.attn_out_proj.build(input_shape)
+            self.mlp_out_proj.build(tuple(input_shape[:-1]) + (self.mlp_dim,))
+        if self.layer_scale is not None:
+            scale = keras.initializers.Constant(self.layer_scale)
+            self.ls = self.add_weight(shape=(self.hidden_dim,), initializer=scale, name="ls")
+
+    def call(self, x, training=None, return_attention_scores=False, position_bias=None):
+        if return_attention_scores:
+            return self._forward(x, training, return_attention_scores=True)
+        return self.forward_of(self._forward, x, training=training)
+
+    def _attend(self, q, k, v, training, return_attention_scores):
+        if self.diff is not None:
+            out = self.diff(q, k, v, training=training, return_attention_scores=return_attention_scores)
+            return out if return_attention_scores else (out, None)
+        num_tokens = q.shape[1] if q.shape[1] is not None else ops.shape(q)[1]
+        if fused_attention_applies(self.attention_dropout, training, return_attention_scores):
+            return fused_attention(q, k, v, self.num_heads, self.scale), None
+
+        def heads(t):
+            t = ops.reshape(t, (-1, num_tokens, self.num_heads, self.head_dim))
+            return ops.transpose(t, (0, 2, 1, 3))
+
+        q, k, v = heads(q) * ops.cast(self.scale, q.dtype), heads(k), heads(v)
+        scores = ops.cast(ops.matmul(q, ops.transpose(k, (0, 1, 3, 2))), "float32")
+        weights = ops.cast(ops.softmax(scores, axis=-1), v.dtype)
+        out = ops.matmul(self.attention_dropout_layer(weights, training=training), v)
+        out = ops.reshape(ops.transpose(out, (0, 2, 1, 3)), (-1, num_tokens, self.hidden_dim))
+        return out, weights
+
+    def _forward(self, x, training=None, return_attention_scores=False):
+        projected = self.in_proj(self.in_norm(x))
+        m, d = self.mlp_dim, self.hidden_dim
+        hidden, q, k, v = ops.split(projected, [m, m + d, m + 2 * d], axis=-1)
+        if not self.qkv_bias:
+            hidden = hidden + ops.cast(self.mlp_bias, hidden.dtype)
+        attended, scores = self._attend(q, k, v, training, return_attention_scores)
+        hidden = self.mlp_dropout(self.activation_function(hidden), training=training)
+        if self.out_proj is not None:
+            y = self.out_proj(ops.concatenate([attended, hidden], axis=-1))
+        else:
+            y = self.attn_out_proj(attended) + self.mlp_out_proj(hidden)
+        if self.layer_scale is not None:
+            y = y * ops.cast(self.ls, y.dtype)
+        x = x + self.drop_path(y, training=training)
+        return (x, scores) if return_attention_scores else x
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+    def compute_output_spec(self, x, training=None, return_attention_scores=False, position_bias=None):
+        return _output_spec(self, x, return_attention_scores)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "hidden_dim": self.hidden_dim,
+                "num_heads": self.num_heads,
+                "mlp_dim": self.mlp_dim,
+                "dropout": self.dropout,
+                "attention_dropout": self.attention_dropout,
+                "drop_path_rate": self.drop_path_rate,
+                "layer_norm_epsilon": self.layer_norm_epsilon,
+                "layer_scale": self.layer_scale,
+                "qkv_bias": self.qkv_bias,
+                "proj_bias": self.proj_bias,
+                "activation": self.activation,
+                "mlp": self.mlp,
+                "position_bias": None,
+                "attention": self.attention_kind,
+                "depth": self.depth,
+            }
+        )
+        return config
+
+
 # The block by its kind (`ViT(block=...)`, timm's `block_fn`).
-BLOCKS = {"pre_norm": TransformerBlock, "res_post": ResPostBlock}
+BLOCKS = {"pre_norm": TransformerBlock, "res_post": ResPostBlock, "parallel": ParallelScalingBlock}
+# Every kind of block, for the code that walks a ViT's blocks (features, attention maps).
+BLOCK_CLASSES = (TransformerBlock, ParallelScalingBlock)
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")

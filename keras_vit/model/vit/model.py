@@ -110,9 +110,14 @@ class ViT(FamilyModel):
             `"gelu_tanh"`, `"quick_gelu"` (OpenAI CLIP's) or `"silu"`.
         mlp: the MLP's kind (timm's `mlp_layer`): `"mlp"` (default), `"swiglu"` or
             `"swiglu_packed"` (DINOv2-g's); `mlp_dim` is timm's `hidden_features` for each.
-        block: the block's kind (timm's `block_fn`): `"pre_norm"` (default; timm's `Block`) or
+        block: the block's kind (timm's `block_fn`): `"pre_norm"` (default; timm's `Block`),
             `"res_post"` (the LayerNorm after each branch, timm's `ResPostBlock`; `layer_scale` is
-            then the LayerNorms' initial scale, as timm's `init_values`).
+            then the LayerNorms' initial scale, as timm's `init_values`) or `"parallel"`
+            (attention and MLP side by side from one input projection, ViT-22B's; timm's
+            `ParallelScalingBlock`).
+        attention: the attention's kind (timm's `attn_layer`): `"standard"` (default) or `"diff"`
+            (differential attention, timm's `DiffAttention`; in a parallel block, timm's
+            `DiffParallelScalingBlock`): the "wee" and "little" ViTs'.
         position_bias: None (default: absolute position embeddings), `"mlp"` or `"table"`: a
             relative position bias in every block's attention instead, timm's
             `VisionTransformerRelPos` (its `rel_pos_type`: `RelPosMlp`, `RelPosBias`);
@@ -229,6 +234,8 @@ def _blocks(tokens, arch, dtype):
             activation=arch.activation,
             mlp=arch.mlp,
             position_bias=position_bias,
+            attention=arch.attention,
+            depth=i,
             dtype=dtype,
             name=f"block_{i}",
         )

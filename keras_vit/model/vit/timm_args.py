@@ -49,6 +49,7 @@ RULED = (
     "rel_pos_dim",
     "shared_rel_pos",
     "embed_layer",
+    "attn_layer",
 )
 POOLINGS = {"token": "token", "avg": "gap", "map": "map", "": "none"}
 ACTIVATIONS = {
@@ -66,7 +67,11 @@ BLOCK_FNS = {
     "RelPosBlock": "pre_norm",
     "ResPostBlock": "res_post",
     "ResPostRelPosBlock": "res_post",
+    "ParallelScalingBlock": "parallel",
+    "DiffParallelScalingBlock": "parallel",
 }
+# timm's `attn_layer` by name: its `Attention` (None, "attn") or `DiffAttention` ("diff").
+ATTN_LAYERS = {None: "standard", "attn": "standard", "diff": "diff"}
 # timm's `rel_pos_type` of `VisionTransformerRelPos`: "mlp" is `RelPosMlp` (its "cr" mode), any
 # other name not starting with "mlp" `RelPosBias`; None is `VisionTransformer`'s absolute
 # position embeddings (entry points of `vision_transformer_relpos` always name theirs).
@@ -106,6 +111,7 @@ DEFAULTS = {
     "rel_pos_dim": None,
     "shared_rel_pos": False,
     "embed_layer": None,
+    "attn_layer": None,
 }
 
 
@@ -141,6 +147,9 @@ def from_timm(kwargs, source):
     arguments["mlp"] = _choice(kwargs, "mlp_layer", {name: name for name in MLPS}, source)
     arguments["layer_norm_epsilon"] = _layer_norm_eps(kwargs["norm_layer"], source)
     arguments["block"] = _choice(kwargs, "block_fn", BLOCK_FNS, source)
+    arguments["attention"] = _choice(kwargs, "attn_layer", ATTN_LAYERS, source)
+    if kwargs["block_fn"] == "DiffParallelScalingBlock":  # its own attention, whatever attn_layer says
+        arguments["attention"] = "diff"
     arguments["position_bias"] = _position_bias(kwargs["rel_pos_type"], source)
     arguments["position_bias_dim"] = kwargs["rel_pos_dim"] or REL_POS_DIM
     arguments["shared_position_bias"] = bool(kwargs["shared_rel_pos"])
@@ -194,6 +203,7 @@ def timm_kwargs(arguments):
         rel_pos_dim=arch.position_bias_dim,
         shared_rel_pos=arch.shared_position_bias,
         embed_layer=_embed_layer(arch),
+        attn_layer="diff" if arch.attention == "diff" and arch.block != "parallel" else None,
     )
     return kwargs
 
@@ -208,6 +218,8 @@ def _embed_layer(arch):
 
 def _block_fn(arch):
     """timm's block class of a ViT: `VisionTransformerRelPos`' with a relative position bias."""
+    if arch.block == "parallel":
+        return "DiffParallelScalingBlock" if arch.attention == "diff" else "ParallelScalingBlock"
     relative = "RelPos" if arch.position_bias else ""
     return {"pre_norm": f"{relative}Block", "res_post": f"ResPost{relative}Block"}[arch.block]
 
