@@ -28,6 +28,9 @@ POSITION_BIASES = (None, "mlp", "table")
 # The stem before the patch projection (timm's `HybridEmbed` backbone): none (the pixels),
 # timm's ResNetV2 of the hybrid ViTs or MobileCLIP's `ConvStem` (`keras_vit.model.vit.stems`).
 STEMS = (None, "resnetv2", "convstem")
+# How position embeddings are resampled to another grid: timm's antialiased bicubic, or, as timm
+# loads FlexiViT's and RADIO's, bilinear (RADIO-B/H v3: with aligned corners).
+INTERPOLATIONS = ("bicubic", "bilinear", "bilinear_aligned")
 # MobileCLIP's ConvStem: kernel = stride of its three convolutions.
 CONVSTEM_STRIDES = (4, 2, 2)
 # timm's ResNetV2 stage widths (a bottleneck's output; its middle is a quarter of it) and stem.
@@ -94,6 +97,8 @@ class Architecture:
     shared_position_bias: bool = False
     stem: str | None = None
     stem_depths: tuple = ()
+    # How checkpoints' position embeddings are resampled to another grid (timm's by architecture).
+    position_embedding_interpolation: str = "bicubic"
     # How images are brought to image_size at evaluation (keras_vit.model.transform).
     crop_pct: float = DEFAULT_TRANSFORM.crop_pct
     crop_mode: str = DEFAULT_TRANSFORM.crop_mode
@@ -155,6 +160,7 @@ class Architecture:
             ("attention", ATTENTIONS),
             ("position_bias", POSITION_BIASES),
             ("stem", STEMS),
+            ("position_embedding_interpolation", INTERPOLATIONS),
         ):
             if getattr(self, name) not in choices:
                 raise ValueError(

@@ -73,7 +73,9 @@ def fit(key, value, model, source):
     grid, RGB patch filters summed for a grayscale model (timm's `adapt_input_conv`)."""
     encoder = _encoder(model)
     if key == "pos_embed":
-        return _fit_position_embeddings(value, encoder, source)
+        return _fit_position_embeddings(
+            value, encoder, source, model.architecture.position_embedding_interpolation
+        )
     if key.endswith("relative_position_bias_table"):
         return _fit_bias_table(value, encoder.grid_size, encoder.num_prefix_tokens, source)
     grayscale = model.channels == 1 and encoder.backbone is None
@@ -382,7 +384,7 @@ def _fit_bias_table(table, grid, num_prefix_tokens, source):
         raise CheckpointMismatchError(f"{source}: {error}") from None
 
 
-def _fit_position_embeddings(pos_embed, encoder, source):
+def _fit_position_embeddings(pos_embed, encoder, source, interpolation):
     expected = tuple(encoder.position_embedding.shape)
     if pos_embed.shape == expected or pos_embed.ndim != 3 or pos_embed.shape[-1] != expected[-1]:
         return pos_embed  # equal, or a mismatch that the shape check reports
@@ -401,4 +403,4 @@ def _fit_position_embeddings(pos_embed, encoder, source):
         side,
         *encoder.grid_size,
     )
-    return resample_position_embeddings(pos_embed, encoder.grid_size, (side, side), prefix)
+    return resample_position_embeddings(pos_embed, encoder.grid_size, (side, side), prefix, interpolation)

@@ -139,9 +139,17 @@ def timm_entry_points():
         return json.load(f)
 
 
-# timm loads these entry points' weights with bilinear position-embedding resampling (its
-# `_create_vision_transformer`), where keras-vit resamples bicubically, as timm does for the rest.
+# timm resamples these entry points' position embeddings bilinearly, without antialiasing (its
+# `_create_vision_transformer`, by name), and RADIO-B/H v3's with aligned corners.
 _BILINEAR_RESAMPLING = ("flexi", "radio")
+_RADIO_ALIGN_CORNERS = ("base_patch16_radio_v3", "huge_patch16_radio_v3")
+
+
+def _interpolation(name):
+    """How timm resamples the entry point `name`'s position embeddings."""
+    if not any(word in name for word in _BILINEAR_RESAMPLING):
+        return "bicubic"
+    return "bilinear_aligned" if any(word in name for word in _RADIO_ALIGN_CORNERS) else "bilinear"
 
 
 def timm_configs(entry_points):
@@ -152,14 +160,12 @@ def timm_configs(entry_points):
         if name.startswith("test_"):
             unbuilt[name] = "one of timm's own test models, not an architecture"
             continue
-        if any(word in name for word in _BILINEAR_RESAMPLING):
-            unbuilt[name] = "timm resamples its position embeddings bilinearly; keras-vit's bicubically"
-            continue
         try:
             arguments = timm_args.from_timm(kwargs, "its entry point")
         except timm_args.NotBuildable as reason:
             unbuilt[name] = str(reason)
             continue
+        arguments["position_embedding_interpolation"] = _interpolation(name)
         height, width = arguments["image_size"]
         arguments["image_size"] = height if height == width else [height, width]
         configs[name] = dict(arguments, description=_describe(arguments))

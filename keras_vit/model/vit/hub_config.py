@@ -30,6 +30,7 @@ _NOT_IN_TIMM = (
     "attention",
     "stem",
     "stem_depths",
+    "position_embedding_interpolation",
 )
 # The parts a timm class has or has not (absolute position embeddings or a relative position
 # bias: `VisionTransformer` or `VisionTransformerRelPos`): a model is published as one that has
@@ -52,6 +53,9 @@ def timm_arguments(model_args, defaults, source):
         )
     named = timm_args.timm_kwargs(defaults)
     arguments = timm_args.from_timm({**named, **model_args}, source)
+    # timm's by the architecture's name, not a keyword argument
+    interpolation = defaults.get("position_embedding_interpolation", "bicubic")
+    arguments["position_embedding_interpolation"] = interpolation
     if "mlp_ratio" not in model_args and arguments["hidden_dim"] == defaults["hidden_dim"]:
         arguments["mlp_dim"] = defaults["mlp_dim"]  # the named width, not its ratio rounded back
     return arguments

@@ -132,6 +132,10 @@ class ViT(FamilyModel):
             is then in the feature map's cells (1 for the R26 and R50 hybrids).
         stem_depths: list of ints, default (). The ResNetV2's stage depths (`[3, 4, 9]` for
             R50+ViT-B/16); () is its stem alone.
+        position_embedding_interpolation: how a checkpoint's position embeddings are resampled
+            to another patch grid, and `resize_model`'s: `"bicubic"` (default; timm's, antialiased),
+            `"bilinear"` (no antialiasing: timm's for FlexiViT and RADIO) or `"bilinear_aligned"`
+            (aligned corners too: RADIO-B/H v3's).
         distillation_token: bool, default False. DeiT's distilled layout: a second
             prefix token with its own head (`head_dist`); the model returns the mean of
             both heads' logits, as timm does at inference (`distilled_heads` gives each).
@@ -308,7 +312,11 @@ def resize_model(model, image_size):
             value = keras.ops.convert_to_numpy(source_weight)
             if isinstance(source, PatchEncoder) and source_weight is source.position_embedding:
                 value = resample_position_embeddings(
-                    value, new_grid, old_grid, num_prefix_tokens=source.position_prefix_tokens
+                    value,
+                    new_grid,
+                    old_grid,
+                    num_prefix_tokens=source.position_prefix_tokens,
+                    interpolation=model.architecture.position_embedding_interpolation,
                 )
             elif source_weight.path.endswith("relative_position_bias_table"):
                 extra = value.shape[0] - (2 * old_grid[0] - 1) * (2 * old_grid[1] - 1)
