@@ -161,7 +161,16 @@ LAYERS = [
     (DropPath, dict(rate=0.2, seed=7)),
     (
         MultiHeadSelfAttention,
-        dict(hidden_dim=16, num_heads=2, attention_dropout=0.1, dropout=0.2, qkv_bias=False, proj_bias=False),
+        dict(
+            hidden_dim=16,
+            num_heads=2,
+            attention_dropout=0.1,
+            dropout=0.2,
+            qkv_bias=False,
+            proj_bias=False,
+            scale_norm=True,
+            layer_norm_epsilon=1e-5,
+        ),
     ),
     (
         TransformerBlock,
@@ -177,6 +186,8 @@ LAYERS = [
             proj_bias=False,
             activation="quick_gelu",
             mlp="swiglu_packed",
+            scale_attention_norm=True,
+            scale_mlp_norm=True,
         ),
     ),
     (TokenPooling, dict(mode="gap", num_prefix_tokens=1)),

@@ -92,6 +92,8 @@ class Architecture:
     mlp: str = "mlp"
     block: str = "pre_norm"
     attention: str = "standard"
+    scale_attention_norm: bool = False
+    scale_mlp_norm: bool = False
     position_bias: str | None = None
     position_bias_dim: int = 128
     shared_position_bias: bool = False
@@ -130,6 +132,8 @@ class Architecture:
             "pre_norm",
             "final_norm",
             "shared_position_bias",
+            "scale_attention_norm",
+            "scale_mlp_norm",
         ):
             put(name, bool(getattr(self, name)))
         if self.norm_before_pooling is not None:
@@ -185,8 +189,11 @@ class Architecture:
                 f"The stem's {features[0]}x{features[1]} feature map is not divisible by the patch "
                 f"size {self.patch_size}."
             )
-        if self.block == "parallel" and (self.mlp != "mlp" or self.position_bias is not None):
-            raise ValueError("block='parallel' has timm's plain MLP and no relative position bias.")
+        scale_norms = self.scale_attention_norm or self.scale_mlp_norm
+        if self.block == "parallel" and (self.mlp != "mlp" or self.position_bias is not None or scale_norms):
+            raise ValueError("block='parallel' has timm's plain MLP, and no position bias or scale norms.")
+        if self.attention == "diff" and self.scale_attention_norm:
+            raise ValueError("attention='diff' has no scale_attention_norm (timm's neither).")
         halves = self.hidden_dim % (2 * self.num_heads) == 0
         if self.attention == "diff" and (self.position_bias is not None or not halves):
             raise ValueError(

@@ -278,6 +278,10 @@ def _targets(model, encoder, final_norm_key):
         if block.attention.rel_pos is not None:
             targets += _position_bias_targets(block.attention.rel_pos, f"{p}.attn.rel_pos")
         targets += linear(block.attention.qkv, f"{p}.attn.qkv", bias=block.qkv_bias)
+        if block.scale_attention_norm:
+            targets += norm(block.attention.norm, f"{p}.attn.norm")
+        if block.scale_mlp_norm:
+            targets += norm(block.mlp_norm, f"{p}.mlp.norm")
         targets += linear(block.attention.proj, f"{p}.attn.proj", bias=block.proj_bias)
         targets += norm(block.norm2, f"{p}.norm2")
         for layer in [*block.mlp_hidden_layers, block.fc2]:

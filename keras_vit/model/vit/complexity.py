@@ -123,6 +123,8 @@ def _block_parameters(a):
         block = 2 * 2 * d + attention + _mlp_macs(a, 1)[0] + mlp_biases
         if a.layer_scale is not None and a.block == "pre_norm":  # post-norm: the norms' initial scale
             block += 2 * d
+        block += 2 * d if a.scale_attention_norm else 0
+        block += 2 * int(m * _MLP_SHAPES[a.mlp][1]) if a.scale_mlp_norm else 0  # on fc2's input
     if a.attention == "diff":  # four lambdas and sub_norm, each half a head wide or a head
         block += 3 * d // a.num_heads
     return block

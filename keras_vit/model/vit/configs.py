@@ -187,6 +187,7 @@ def _describe(a):
         "post-norm blocks" if a["block"] == "res_post" else None,
         "parallel blocks" if a["block"] == "parallel" else None,
         "differential attention" if a["attention"] == "diff" else None,
+        "sub-LayerNorms" if a["scale_attention_norm"] or a["scale_mlp_norm"] else None,
         f"ResNetV2 stem {list(a['stem_depths'])}" if a["stem"] else None,
         (f"{'shared ' if a['shared_position_bias'] else ''}relative position {a['position_bias']}"
          if a["position_bias"] else None),

@@ -459,6 +459,9 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             `grid_size`, `num_prefix_tokens`, `hidden_dim`): the attention's own relative position
             bias (timm's `rel_pos`), added to the scores. A bias computed elsewhere (timm's shared
             one) is given to `call` instead.
+        scale_norm: bool, default False. A LayerNorm on the heads' output before `proj`
+            (BEiT-3's sub-LayerNorm; timm's `scale_norm`, its `norm`).
+        layer_norm_epsilon: float, default 1e-6. That LayerNorm's.
     """
 
     def __init__(
@@ -470,6 +473,8 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         qkv_bias=True,
         proj_bias=True,
         position_bias=None,
+        scale_norm=False,
+        layer_norm_epsilon=1e-6,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -491,9 +496,16 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         self.qkv_bias = bool(qkv_bias)
         self.proj_bias = bool(proj_bias)
         self.position_bias = None if position_bias is None else dict(position_bias)
+        self.scale_norm = bool(scale_norm)
+        self.layer_norm_epsilon = layer_norm_epsilon
 
         self.head_dim = hidden_dim // num_heads
         self.scale = self.head_dim**-0.5
+        self.norm = None
+        if self.scale_norm:
+            self.norm = keras.layers.LayerNormalization(
+                epsilon=layer_norm_epsilon, dtype=self.dtype_policy, name="norm"
+            )
         self.rel_pos = None
         if self.position_bias is not None:
             self.rel_pos = RelativePositionBias(
@@ -523,6 +535,8 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         self.proj.build(input_shape)
         if self.rel_pos is not None:
             self.rel_pos.build(input_shape)
+        if self.norm is not None:
+            self.norm.build(input_shape)
 
     def _split_heads(self, x, num_tokens):
         x = ops.reshape(x, (-1, num_tokens, self.num_heads, self.head_dim))
@@ -537,7 +551,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             position_bias = self.rel_pos(x, training=training)
         if fused_attention_applies(self.attention_dropout, training, return_attention_scores):
             out = fused_attention(q, k, v, self.num_heads, self.scale, bias=position_bias)
-            return self.dropout_layer(self.proj(out), training=training)
+            return self.dropout_layer(self.proj(self._scale_norm(out)), training=training)
         q = self._split_heads(q, num_tokens) * ops.cast(self.scale, x.dtype)
         k = self._split_heads(k, num_tokens)
         v = self._split_heads(v, num_tokens)
@@ -548,10 +562,13 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         weights = ops.cast(ops.softmax(scores, axis=-1), x.dtype)
         out = ops.matmul(self.attention_dropout_layer(weights, training=training), v)
         out = ops.reshape(ops.transpose(out, (0, 2, 1, 3)), (-1, num_tokens, self.hidden_dim))
-        out = self.dropout_layer(self.proj(out), training=training)
+        out = self.dropout_layer(self.proj(self._scale_norm(out)), training=training)
         if return_attention_scores:
             return out, weights
         return out
+
+    def _scale_norm(self, x):
+        return x if self.norm is None else self.norm(x)
 
     def compute_output_shape(self, input_shape):
         return input_shape
@@ -570,6 +587,8 @@ class MultiHeadSelfAttention(keras.layers.Layer):
                 "qkv_bias": self.qkv_bias,
                 "proj_bias": self.proj_bias,
                 "position_bias": self.position_bias,
+                "scale_norm": self.scale_norm,
+                "layer_norm_epsilon": self.layer_norm_epsilon,
             }
         )
         return config
@@ -842,6 +861,10 @@ class TransformerBlock(Block):
         attention: str, default "standard". The attention's kind (timm's `attn_layer`):
             "standard" (`MultiHeadSelfAttention`) or "diff" (`DifferentialAttention`).
         depth: int, default 0. The block's index, which differential attention reads.
+        scale_attention_norm: bool, default False. A LayerNorm on the attention's heads before its
+            output projection (BEiT-3's sub-LayerNorm; timm's `scale_attn_norm`).
+        scale_mlp_norm: bool, default False. A LayerNorm on the MLP's hidden units before `fc2`
+            (timm's `scale_mlp_norm`: `mlp_norm`).
     """
 
     def __init__(
@@ -861,6 +884,8 @@ class TransformerBlock(Block):
         position_bias=None,
         attention="standard",
         depth=0,
+        scale_attention_norm=False,
+        scale_mlp_norm=False,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -869,8 +894,8 @@ class TransformerBlock(Block):
             raise ValueError(f"mlp must be one of {', '.join(map(repr, MLPS))}, got {mlp!r}.")
         if attention not in ATTENTIONS:
             raise ValueError(f"attention must be one of {_choices(ATTENTIONS)}, got {attention!r}.")
-        if attention == "diff" and position_bias is not None:
-            raise ValueError("Differential attention takes no relative position bias.")
+        if attention == "diff" and (position_bias is not None or scale_attention_norm):
+            raise ValueError("Differential attention takes no relative position bias and no scale norm.")
         # === Config ===
         self.hidden_dim = hidden_dim
         self.num_heads = num_heads
@@ -887,6 +912,8 @@ class TransformerBlock(Block):
         self.position_bias = None if position_bias is None else dict(position_bias)
         self.attention_kind = attention
         self.depth = int(depth)
+        self.scale_attention_norm = bool(scale_attention_norm)
+        self.scale_mlp_norm = bool(scale_mlp_norm)
         self.mlp_part = MLPS[mlp]
         self.activation_function = activation_named(activation)
 
@@ -921,7 +948,12 @@ class TransformerBlock(Block):
             self.attention = DifferentialAttention(hidden_dim, num_heads, depth=self.depth, **common)
         else:
             self.attention = MultiHeadSelfAttention(
-                hidden_dim, num_heads, position_bias=position_bias, **common
+                hidden_dim,
+                num_heads,
+                position_bias=position_bias,
+                scale_norm=self.scale_attention_norm,
+                layer_norm_epsilon=layer_norm_epsilon,
+                **common,
             )
         self.drop_path1 = DropPath(drop_path_rate, dtype=self.dtype_policy, name="drop_path1")
         self.norm2 = layer_norm("norm2")
@@ -930,6 +962,11 @@ class TransformerBlock(Block):
         for name, units in zip(self.mlp_part.hidden_layers, widths, strict=True):
             setattr(self, name, dense(units, name, activation=fused))
         self.mlp_dropout1 = keras.layers.Dropout(dropout, dtype=self.dtype_policy, name="mlp_dropout1")
+        self.mlp_norm = None
+        if self.scale_mlp_norm:
+            self.mlp_norm = keras.layers.LayerNormalization(
+                epsilon=layer_norm_epsilon, dtype=self.dtype_policy, name="mlp_norm"
+            )
         self.fc2 = dense(hidden_dim, "fc2")
         self.mlp_dropout2 = keras.layers.Dropout(dropout, dtype=self.dtype_policy, name="mlp_dropout2")
         self.drop_path2 = DropPath(drop_path_rate, dtype=self.dtype_policy, name="drop_path2")
@@ -946,6 +983,8 @@ class TransformerBlock(Block):
         for layer in self.mlp_hidden_layers:
             layer.build(input_shape)
         self.fc2.build(tuple(input_shape[:-1]) + (self.mlp_hidden_dim,))
+        if self.mlp_norm is not None:
+            self.mlp_norm.build(tuple(input_shape[:-1]) + (self.mlp_hidden_dim,))
         if self.has_layer_scale:
             scale = keras.initializers.Constant(self.layer_scale)
             self.ls1 = self.add_weight(shape=(self.hidden_dim,), initializer=scale, name="ls1")
@@ -967,6 +1006,8 @@ class TransformerBlock(Block):
     def _mlp(self, x, training=None):
         hidden = [layer(x) for layer in self.mlp_hidden_layers]
         y = self.mlp_dropout1(self.mlp_part.hidden(hidden, self.activation_function), training=training)
+        if self.mlp_norm is not None:
+            y = self.mlp_norm(y)
         return self.mlp_dropout2(self.fc2(y), training=training)
 
     def _layer_scaled(self, branch, which):
@@ -1022,6 +1063,8 @@ class TransformerBlock(Block):
                 "position_bias": self.position_bias,
                 "attention": self.attention_kind,
                 "depth": self.depth,
+                "scale_attention_norm": self.scale_attention_norm,
+                "scale_mlp_norm": self.scale_mlp_norm,
             }
         )
         return config
@@ -1083,12 +1126,16 @@ class ParallelScalingBlock(Block):
         position_bias=None,
         attention="standard",
         depth=0,
+        scale_attention_norm=False,
+        scale_mlp_norm=False,
         **kwargs,
     ):
         super().__init__(**kwargs)
         check_positive_int(hidden_dim, "hidden_dim")
         check_positive_int(num_heads, "num_heads")
         check_positive_int(mlp_dim, "mlp_dim")
+        if scale_attention_norm or scale_mlp_norm:
+            raise ValueError("A parallel block has no scale norms (timm's neither).")
         if mlp != "mlp" or position_bias is not None:
             raise ValueError("A parallel block has timm's plain MLP and no relative position bias.")
         if attention not in ATTENTIONS:
@@ -1228,6 +1275,8 @@ class ParallelScalingBlock(Block):
                 "position_bias": None,
                 "attention": self.attention_kind,
                 "depth": self.depth,
+                "scale_attention_norm": False,
+                "scale_mlp_norm": False,
             }
         )
         return config

@@ -132,6 +132,10 @@ class ViT(FamilyModel):
             is then in the feature map's cells (1 for the R26 and R50 hybrids).
         stem_depths: list of ints, default (). The ResNetV2's stage depths (`[3, 4, 9]` for
             R50+ViT-B/16); () is its stem alone.
+        scale_attention_norm: bool, default False. A LayerNorm on the attention's heads before
+            its output projection (BEiT-3's sub-LayerNorms; timm's `scale_attn_norm`).
+        scale_mlp_norm: bool, default False. A LayerNorm on the MLP's hidden units before `fc2`
+            (timm's `scale_mlp_norm`).
         position_embedding_interpolation: how a checkpoint's position embeddings are resampled
             to another patch grid, and `resize_model`'s: `"bicubic"` (default; timm's, antialiased),
             `"bilinear"` (no antialiasing: timm's for FlexiViT and RADIO) or `"bilinear_aligned"`
@@ -240,6 +244,8 @@ def _blocks(tokens, arch, dtype):
             position_bias=position_bias,
             attention=arch.attention,
             depth=i,
+            scale_attention_norm=arch.scale_attention_norm,
+            scale_mlp_norm=arch.scale_mlp_norm,
             dtype=dtype,
             name=f"block_{i}",
         )

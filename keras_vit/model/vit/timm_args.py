@@ -28,6 +28,8 @@ SAME = {
     "drop_rate": "dropout",
     "attn_drop_rate": "attention_dropout",
     "drop_path_rate": "drop_path_rate",
+    "scale_attn_norm": "scale_attention_norm",
+    "scale_mlp_norm": "scale_mlp_norm",
 }
 # Those read through a rule (`from_timm`). `num_classes` is the config's own; `dynamic_img_size`
 # changes nothing at the model's own size, and keras-vit resizes a model (`resize_model`) rather
@@ -106,6 +108,8 @@ DEFAULTS = {
     "drop_rate": 0.0,
     "attn_drop_rate": 0.0,
     "drop_path_rate": 0.0,
+    "scale_attn_norm": False,
+    "scale_mlp_norm": False,
     "block_fn": "Block",
     "rel_pos_type": None,
     "rel_pos_dim": None,
