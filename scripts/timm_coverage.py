@@ -26,8 +26,6 @@ from keras_vit.model.pretrained import pretrained_table  # noqa: E402
 from keras_vit.model.vit.configs import TIMM_UNBUILT  # noqa: E402
 
 MODULES = ("vision_transformer", "deit", "vision_transformer_hybrid", "vision_transformer_relpos")
-# The modules keras-vit builds no model of, and why.
-NOT_BUILT = {}
 
 
 def coverage():
@@ -38,7 +36,7 @@ def coverage():
         for architecture in timm.list_models(module=module):
             for tag in timm.list_pretrained(f"{architecture}.*"):
                 tags.append(tag)
-                reason = _unresolved(tag, architecture, module, table)
+                reason = _unresolved(tag, architecture, table)
                 if reason:
                     unresolved[tag] = reason
     return {
@@ -50,12 +48,10 @@ def coverage():
     }
 
 
-def _unresolved(tag, architecture, module, table):
+def _unresolved(tag, architecture, table):
     """Why keras-vit does not resolve `tag`, or None when it does."""
     if tag in table["tags"]:
         return None
-    if module in NOT_BUILT:
-        return NOT_BUILT[module]
     if architecture in TIMM_UNBUILT:
         return TIMM_UNBUILT[architecture]
     if not get_pretrained_cfg(tag).hf_hub_id:
