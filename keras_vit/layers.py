@@ -6,20 +6,31 @@ Each is registered with Keras as `keras_vit>Name`, so saved models load wherever
 from keras_vit.model.layers import DropPath, ImageNormalization
 from keras_vit.model.swin.layers import PatchMerging, SwinBlock, SwinPatchEmbedding, WindowAttention
 from keras_vit.model.vit.layers import (
+    DifferentialAttention,
     MultiHeadSelfAttention,
+    ParallelScalingBlock,
     PatchEncoder,
     Patches,
+    RelativePositionBias,
+    ResPostBlock,
     TokenPooling,
     TransformerBlock,
 )
+from keras_vit.model.vit.stems import ResNetV2Stem, StdConv2D
 
 __all__ = [
+    "DifferentialAttention",
     "DropPath",
     "ImageNormalization",
     "MultiHeadSelfAttention",
+    "ParallelScalingBlock",
     "PatchEncoder",
     "PatchMerging",
     "Patches",
+    "RelativePositionBias",
+    "ResPostBlock",
+    "ResNetV2Stem",
+    "StdConv2D",
     "SwinBlock",
     "SwinPatchEmbedding",
     "TokenPooling",

@@ -3,9 +3,9 @@ timm's ViT entry points, from the installed timm.
 
     .venv/bin/python scripts/generate_pretrained_table.py
 
-First the keyword arguments each entry point of timm's `vision_transformer` and `deit` modules
-gives its model (`tables/timm_vit_entry_points.json`, its parts by name, as
-`keras_vit.model.vit.timm_args` reads them): keras-vit builds every one whose parts it has, by its
+First the keyword arguments each entry point of timm's `vision_transformer`, `deit` and
+`vision_transformer_relpos` modules gives its model (`tables/timm_vit_entry_points.json`, its parts
+by name, as `keras_vit.model.vit.timm_args` reads them): keras-vit builds every one whose parts it has, by its
 timm name. Then, for every architecture keras-vit builds, of every family, that timm has
 (`keras_vit.list_models()` and `timm.list_models()`), every tag timm has weights for on a hub: its
 repo, input size, class count, label set, and the normalisation, evaluation transform and licence
@@ -16,6 +16,7 @@ after upgrading timm, and commit what it writes; keras-vit reads these files, ne
 
 import functools
 import gzip
+import inspect
 import json
 import os
 import sys
@@ -29,16 +30,32 @@ import torch  # noqa: E402
 from timm.data import ImageNetInfo, infer_imagenet_subset  # noqa: E402
 from timm.layers import mlp as timm_mlp  # noqa: E402
 from timm.layers import norm as timm_norm  # noqa: E402
-from timm.models import deit, get_pretrained_cfg  # noqa: E402
+from timm.models import deit, get_pretrained_cfg, resnetv2  # noqa: E402
 from timm.models import eva as timm_eva  # noqa: E402
 from timm.models import vision_transformer as timm_vit  # noqa: E402
+from timm.models import vision_transformer_hybrid as timm_hybrid  # noqa: E402
+from timm.models import vision_transformer_relpos as timm_relpos  # noqa: E402
 
 TABLES = os.path.join(ROOT, "keras_vit", "model", "tables")
 ENTRY_POINTS_FILE = "timm_vit_entry_points.json"
 # The same for timm's `eva` module (its `Eva`: keras-vit's Eva family).
 EVA_ENTRY_POINTS_FILE = "timm_eva_entry_points.json"
-# timm's modules whose entry points build a `VisionTransformer` (DeiT's distilled one too).
-VIT_MODULES = ("vision_transformer", "deit")
+# timm's modules whose entry points build a `VisionTransformer` (DeiT's distilled one too, the
+# hybrids' with a CNN in their `HybridEmbed`) or a `VisionTransformerRelPos`.
+VIT_MODULES = ("vision_transformer", "deit", "vision_transformer_relpos", "vision_transformer_hybrid")
+# `VisionTransformerRelPos`' keyword arguments whose defaults differ from `VisionTransformer`'s, or
+# that it alone has: written out for each of its entry points, with the class's defaults.
+RELPOS_ARGUMENTS = (
+    "global_pool",
+    "init_values",
+    "class_token",
+    "fc_norm",
+    "qkv_bias",
+    "rel_pos_type",
+    "rel_pos_dim",
+    "shared_rel_pos",
+    "block_fn",
+)
 # The pretrained_cfg fields each tag's entry carries.
 PRETRAINED_FIELDS = ("mean", "std", "crop_pct", "crop_mode", "interpolation", "license")
 
@@ -54,9 +71,22 @@ def entry_point_kwargs(name):
     def model_class(**kwargs):
         raise _Captured(kwargs)
 
-    saved = (timm_vit.VisionTransformer, deit.VisionTransformer, deit.VisionTransformerDistilled)
-    timm_vit.VisionTransformer = deit.VisionTransformer = model_class
+    relpos_defaults = inspect.signature(timm_relpos.VisionTransformerRelPos.__init__).parameters
+    relpos_defaults = {key: relpos_defaults[key].default for key in RELPOS_ARGUMENTS}
+
+    def relpos_class(**kwargs):
+        raise _Captured({**relpos_defaults, **kwargs})
+
+    saved = (
+        timm_vit.VisionTransformer,
+        deit.VisionTransformer,
+        deit.VisionTransformerDistilled,
+        timm_relpos.VisionTransformerRelPos,
+        timm_hybrid.VisionTransformer,
+    )
+    timm_vit.VisionTransformer = deit.VisionTransformer = timm_hybrid.VisionTransformer = model_class
     deit.VisionTransformerDistilled = functools.partial(model_class, distilled=True)
+    timm_relpos.VisionTransformerRelPos = relpos_class
     try:
         timm.create_model(name, pretrained=False)
     except _Captured as captured:
@@ -64,7 +94,13 @@ def entry_point_kwargs(name):
     else:
         raise RuntimeError(f"timm's {name} builds no VisionTransformer")
     finally:
-        timm_vit.VisionTransformer, deit.VisionTransformer, deit.VisionTransformerDistilled = saved
+        (
+            timm_vit.VisionTransformer,
+            deit.VisionTransformer,
+            deit.VisionTransformerDistilled,
+            timm_relpos.VisionTransformerRelPos,
+            timm_hybrid.VisionTransformer,
+        ) = saved
     kwargs.pop("num_classes", None)  # the tag's, not the architecture's
     return {key: _named(key, value) for key, value in kwargs.items()}
 
@@ -96,6 +132,8 @@ def _named(key, value):
         return [_named(key, v) for v in value]
     if key == "norm_layer":
         return _norm_layer(value)
+    if key == "embed_layer":
+        return _embed_layer(value)
     if key == "act_layer":
         names = {torch.nn.GELU: "gelu", torch.nn.SiLU: "silu"}
         return names.get(value, getattr(value, "__name__", repr(value)))
@@ -109,6 +147,24 @@ def _named(key, value):
             if value.keywords.get("act_layer") is torch.nn.SiLU and not gate_last:
                 return "swiglu_packed"
     return getattr(value, "__name__", None) or repr(value)
+
+
+def _embed_layer(value):
+    """A hybrid's `HybridEmbed` by its backbone: timm's ResNetV2 of `_resnetv2` (its stage depths;
+    its stem alone has none), else the backbone's class."""
+    keywords = value.keywords if isinstance(value, functools.partial) else {}
+    backbone = keywords.get("backbone")
+    if backbone is None:
+        return getattr(value, "__name__", repr(value))
+    extra = {key: _named(key, v) for key, v in keywords.items() if key != "backbone"}
+    if isinstance(backbone, resnetv2.ResNetV2):
+        depths = [len(stage.blocks) for stage in backbone.stages]
+        return {"name": "HybridEmbed", "backbone": "resnetv2", "depths": depths, **extra}
+    stem_alone = ["conv", "norm", "pool"]  # create_resnetv2_stem's, without pre-activation
+    children = [name for name, _ in backbone.named_children()]
+    if isinstance(backbone, torch.nn.Sequential) and children == stem_alone:
+        return {"name": "HybridEmbed", "backbone": "resnetv2", "depths": [], **extra}  # the stem alone
+    return {"name": "HybridEmbed", "backbone": type(backbone).__name__, **extra}
 
 
 def _norm_layer(value):

@@ -29,11 +29,6 @@ from keras_vit.model.vit.configs import TIMM_UNBUILT  # noqa: E402
 MODULES = ("vision_transformer", "deit", "vision_transformer_hybrid", "vision_transformer_relpos", "eva")
 # Why an entry point of each family keras-vit builds is not built (its configs' TIMM_UNBUILT).
 UNBUILT = {**TIMM_UNBUILT, **EVA_UNBUILT}
-# The modules keras-vit builds no model of, and why.
-NOT_BUILT = {
-    "vision_transformer_hybrid": "a hybrid ViT (a ResNet or other CNN stem): keras-vit builds none",
-    "vision_transformer_relpos": "a ViT with relative position biases: keras-vit builds none",
-}
 
 
 def coverage():
@@ -46,7 +41,7 @@ def coverage():
         for architecture in timm.list_models(module=module):
             for tag in timm.list_pretrained(f"{architecture}.*"):
                 tags.append(tag)
-                reason = _unresolved(tag, architecture, module, table)
+                reason = _unresolved(tag, architecture, table)
                 if reason:
                     unresolved[tag] = reason
         count = len(tags) - before[0]
@@ -61,12 +56,10 @@ def coverage():
     }
 
 
-def _unresolved(tag, architecture, module, table):
+def _unresolved(tag, architecture, table):
     """Why keras-vit does not resolve `tag`, or None when it does."""
     if tag in table["tags"]:
         return None
-    if module in NOT_BUILT:
-        return NOT_BUILT[module]
     if architecture in UNBUILT:
         return UNBUILT[architecture]
     if not get_pretrained_cfg(tag).hf_hub_id:

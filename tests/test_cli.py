@@ -249,4 +249,4 @@ def test_the_public_api_answers_in_a_process_the_command_line_started(tmp_path):
         [sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=120
     )
     assert result.returncode == 0, result.stderr[-2000:]
-    assert result.stdout.split() == ["deit3_base_patch16_224", "False", "ViT"]
+    assert result.stdout.split() == ["beit3_base_patch16_224", "False", "ViT"]

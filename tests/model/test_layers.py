@@ -9,12 +9,17 @@ from keras.ops import convert_to_numpy as to_numpy
 from keras_vit.model.layers import DropPath, ImageNormalization
 from keras_vit.model.vit.layers import (
     AttentionPoolLatent,
+    DifferentialAttention,
     MultiHeadSelfAttention,
+    ParallelScalingBlock,
     PatchEncoder,
     Patches,
+    RelativePositionBias,
+    ResPostBlock,
     TokenPooling,
     TransformerBlock,
 )
+from keras_vit.model.vit.stems import ResNetV2Bottleneck, ResNetV2Stem, StdConv2D
 
 
 def _reference_patches(image, p):
@@ -126,10 +131,46 @@ LAYERS = [
     (ImageNormalization, dict(mean=[0.1, 0.2, 0.3], std=[0.5, 0.6, 0.7])),
     (Patches, dict(patch_size=4)),
     (PatchEncoder, dict(patch_size=4, hidden_dim=16, dropout=0.1, projection_bias=False)),
+    (PatchEncoder, dict(patch_size=4, hidden_dim=16, position_embedding=False)),
+    (PatchEncoder, dict(patch_size=1, hidden_dim=16, stem="resnetv2", stem_depths=[1, 2])),
+    (StdConv2D, dict(filters=8, kernel_size=(3, 3), strides=(2, 2), epsilon=1e-6)),
+    (ResNetV2Bottleneck, dict(filters=64, strides=2, downsample=True)),
+    (ResNetV2Stem, dict(depths=[2, 1])),
+    (PatchEncoder, dict(patch_size=1, hidden_dim=16, stem="convstem")),
+    (DifferentialAttention, dict(hidden_dim=16, num_heads=2, qkv_bias=False, depth=3)),
+    (
+        ParallelScalingBlock,
+        dict(hidden_dim=16, num_heads=2, mlp_dim=40, qkv_bias=False, layer_scale=0.1, attention="diff"),
+    ),
+    (ParallelScalingBlock, dict(hidden_dim=16, num_heads=2, mlp_dim=40, activation="silu")),
+    (
+        RelativePositionBias,
+        dict(kind="mlp", grid_size=[2, 3], num_heads=2, num_prefix_tokens=1, hidden_dim=8),
+    ),
+    (RelativePositionBias, dict(kind="table", grid_size=[3, 3], num_heads=2, num_prefix_tokens=1)),
+    (
+        ResPostBlock,
+        dict(
+            hidden_dim=16,
+            num_heads=2,
+            mlp_dim=32,
+            layer_scale=1e-6,
+            position_bias=dict(kind="table", grid_size=[2, 2], num_prefix_tokens=0, hidden_dim=128),
+        ),
+    ),
     (DropPath, dict(rate=0.2, seed=7)),
     (
         MultiHeadSelfAttention,
-        dict(hidden_dim=16, num_heads=2, attention_dropout=0.1, dropout=0.2, qkv_bias=False, proj_bias=False),
+        dict(
+            hidden_dim=16,
+            num_heads=2,
+            attention_dropout=0.1,
+            dropout=0.2,
+            qkv_bias=False,
+            proj_bias=False,
+            scale_norm=True,
+            layer_norm_epsilon=1e-5,
+        ),
     ),
     (
         TransformerBlock,
@@ -145,6 +186,8 @@ LAYERS = [
             proj_bias=False,
             activation="quick_gelu",
             mlp="swiglu_packed",
+            scale_attention_norm=True,
+            scale_mlp_norm=True,
         ),
     ),
     (TokenPooling, dict(mode="gap", num_prefix_tokens=1)),
@@ -179,6 +222,12 @@ def test_layers_survive_a_keras_round_trip(tmp_path):
     x = PatchEncoder(4, 16, dropout=0.1)(inputs)
     x = TransformerBlock(16, 2, 32, drop_path_rate=0.1)(x)
     x = TransformerBlock(16, 2, 32, activation="silu", mlp="swiglu", qkv_bias=False)(x)
+    x = TransformerBlock(16, 2, 32, position_bias=dict(kind="mlp", grid_size=[4, 4], num_prefix_tokens=1))(x)
+    shared = RelativePositionBias("table", (4, 4), 2, num_prefix_tokens=1)(x)
+    x = ResPostBlock(16, 2, 32, layer_scale=0.5)(x, position_bias=shared)
+    x = TransformerBlock(16, 2, 32, attention="diff", depth=1)(x)
+    x = ParallelScalingBlock(16, 2, 40, qkv_bias=False, attention="diff")(x)
+    x = ParallelScalingBlock(16, 2, 40, layer_scale=0.1)(x)
     pooled = TokenPooling("gap")(x)
     attention_pooled = AttentionPoolLatent(16, 2, 32, num_prefix_tokens=1)(x)
     patches = Patches(4)(inputs)

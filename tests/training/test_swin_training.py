@@ -48,6 +48,14 @@ def _linear(layer, prefix):
     [
         ("swin_tiny_patch4_window7_224", TINY),
         ("vit_tiny_patch16_224", dict(embed_dim=32, depth=2, num_heads=2, img_size=32)),
+        # The timm kinds' new weights: relative position biases (a shared one in no group, at the
+        # full rate, as timm's group_matcher leaves it), a hybrid's ResNetV2 (the patch embedding's
+        # group), parallel blocks and differential attention (lambdas without decay).
+        ("vit_relpos_base_patch16_clsgap_224", dict(embed_dim=32, depth=2, num_heads=2, img_size=32)),
+        ("vit_srelpos_small_patch16_224", dict(embed_dim=32, depth=2, num_heads=2, img_size=32)),
+        ("vit_small_r26_s32_224", dict(embed_dim=32, depth=2, num_heads=2, img_size=32)),
+        ("vit_dpwee_patch16_reg1_gap_256", dict(embed_dim=32, depth=2, num_heads=2, img_size=32)),
+        ("vit_dwee_patch16_reg1_gap_256", dict(embed_dim=32, depth=2, num_heads=2, img_size=32)),
     ],
 )
 def test_layer_decay_and_weight_decay_group_the_weights_as_timm_does(name, arguments):

@@ -10,8 +10,8 @@ import re
 
 import numpy as np
 
+from keras_vit.model.relative_position import resize_bias_table
 from keras_vit.model.state import CONV, CheckpointMismatchError, linear, norm
-from keras_vit.model.swin.bias_table import resize_bias_table
 
 logger = logging.getLogger(__name__)
 

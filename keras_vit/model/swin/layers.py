@@ -14,6 +14,7 @@ from keras import ops
 
 from keras_vit.model.checks import check_positive_int, check_rate, pair
 from keras_vit.model.layers import Block, DropPath, weight_initializer
+from keras_vit.model.relative_position import relative_position_index
 from keras_vit.model.swin import windows
 
 
@@ -164,7 +165,7 @@ class WindowAttention(keras.layers.Layer):
         self.head_dim = dim // num_heads
         self.scale = self.head_dim**-0.5
         self.tokens = self.window[0] * self.window[1]
-        self.position_index = windows.relative_position_index(self.window).reshape(-1)
+        self.position_index = relative_position_index(self.window).reshape(-1)
         self.qkv = _dense(self, 3 * dim, "qkv")
         self.proj = _dense(self, dim, "proj")
         self.attention_dropout_layer = keras.layers.Dropout(

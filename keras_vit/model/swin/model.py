@@ -123,7 +123,7 @@ def resize_model(model, image_size, window_size=None):
     """A copy of a Swin for another image size (and optionally window), with the same weights:
     each bias table resized from its block's window to the new block's when they differ (timm's
     `set_input_size`, which passes the old window to `resize_rel_pos_bias_table`)."""
-    from keras_vit.model.swin.bias_table import resize_bias_table
+    from keras_vit.model.relative_position import resize_bias_table
     from keras_vit.model.weights import load_state, state_dict
 
     config = model.get_config()

@@ -1,7 +1,7 @@
 """The Swin Transformer's window arithmetic in NumPy, as timm computes it: a block's window and
-shift on its grid, the padding, the relative-position index and the shifted windows' attention
-mask, each a constant computed once per layer. Keras-free: the complexity counts read it.
-(The tensor ops that move windows are in `layers.py`.)
+shift on its grid, the padding and the shifted windows' attention mask, each a constant computed
+once per layer (the relative-position index: `keras_vit.model.relative_position`). Keras-free: the
+complexity counts read it. (The tensor ops that move windows are in `layers.py`.)
 """
 
 import math
@@ -23,17 +23,6 @@ def stage_window(grid, window, shift):
 def padded(grid, window):
     """The grid padded on the bottom and right to whole windows."""
     return tuple(math.ceil(g / w) * w for g, w in zip(grid, window, strict=True))
-
-
-def relative_position_index(window):
-    """`(N, N)` indices into the `(2h - 1)(2w - 1)` bias table, for the N = h * w tokens of a window."""
-    h, w = window
-    coords = np.stack(np.meshgrid(np.arange(h), np.arange(w), indexing="ij")).reshape(2, -1)
-    relative = (coords[:, :, None] - coords[:, None, :]).transpose(1, 2, 0)
-    relative[:, :, 0] += h - 1
-    relative[:, :, 1] += w - 1
-    relative[:, :, 0] *= 2 * w - 1
-    return relative.sum(-1).astype("int32")
 
 
 def shift_mask(grid, window, shift):

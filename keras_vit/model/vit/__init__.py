@@ -34,9 +34,21 @@ class ViTFamily(Family):
     features_module = "keras_vit.model.vit.features"
     hub_module = "keras_vit.model.vit.hub_config"
     has_attention_maps = True
-    # timm's no_weight_decay and its 1-d rule: norms, biases, prefix tokens, position
-    # embeddings and LayerScale.
-    no_weight_decay = (*ONE_D_WEIGHTS, "cls_token", "dist_token", "position_embedding", "ls1", "ls2")
+    # timm's no_weight_decay and its 1-d rule: norms, biases, prefix tokens (registers too),
+    # position embeddings, LayerScale (a parallel block's `ls`) and differential attention's
+    # lambdas and sub_norm.
+    no_weight_decay = (
+        *ONE_D_WEIGHTS,
+        "cls_token",
+        "dist_token",
+        "reg_token",
+        "position_embedding",
+        "ls1",
+        "ls2",
+        "^ls$",
+        "lambda_",
+        "sub_norm",
+    )
     quantization_groups = {
         "patch projection": ((r"/patch_encoder(_\d+)?/", "CONV_2D"),),
         **TRANSFORMER_QUANTIZATION_GROUPS,
@@ -62,15 +74,23 @@ class ViTFamily(Family):
         }
 
     def layer_groups(self, model):
-        # timm's group_matcher for the ViT: the patch embedding, then each block, the final norm
-        # with the last block (timm's MATCH_PREV_GROUP), and CLIP's norm_pre too (timm's `^norm`
-        # matches it); the head and an attention pooling keep the full rate.
+        # timm's group_matcher for the ViT: the patch embedding (a hybrid's stem with it), then
+        # each block, the final norm with the last block (timm's MATCH_PREV_GROUP), and CLIP's
+        # norm_pre too (timm's `^norm` matches it); the head, an attention pooling, a norm on the
+        # pooled vector (timm's `fc_norm`, which `^norm` does not match) and a shared relative
+        # position bias keep the full rate.
         groups = {"patch_encoder": 0}
         groups.update({f"block_{i}": i + 1 for i in range(model.depth)})
-        groups["norm"] = model.depth
+        if model.final_norm and not model.architecture.norm_after_pooling:
+            groups["norm"] = model.depth
         if model.pre_norm:
             groups["norm_pre"] = model.depth
         return groups, model.depth + 1
+
+    def image_size_step(self, arguments):
+        """The patch size, times a hybrid stem's reduction (its feature map's cell)."""
+        arch = self.architecture(arguments)
+        return arch.patch_size * arch.stem_reduction
 
     def block_names(self, arguments):
         return tuple(f"block_{i}" for i in range(arguments["depth"]))

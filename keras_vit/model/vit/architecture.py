@@ -6,6 +6,7 @@ Keras, so `keras-vit models` answers at once.
 """
 
 import dataclasses
+import math
 
 from keras_vit.model.checks import check_positive_int, check_rate, pair
 from keras_vit.model.transform import DEFAULT as DEFAULT_TRANSFORM
@@ -16,6 +17,40 @@ POOLINGS = ("token", "gap", "map", "none")
 # The MLP's activation (timm's `act_layer`) and kind (timm's `mlp_layer`: Mlp, SwiGLU, SwiGLUPacked).
 ACTIVATIONS = ("gelu", "gelu_tanh", "quick_gelu", "silu")
 MLPS = ("mlp", "swiglu", "swiglu_packed")
+# The block (timm's `block_fn`): pre-norm (`Block`, `RelPosBlock`), post-norm (`ResPostBlock`,
+# `ResPostRelPosBlock`) or attention and MLP in parallel (`ParallelScalingBlock`).
+BLOCKS = ("pre_norm", "res_post", "parallel")
+# The attention (timm's `attn_layer`): softmax attention, or differential attention ("diff").
+ATTENTIONS = ("standard", "diff")
+# The relative position bias in place of absolute position embeddings (timm's `rel_pos_type` of
+# `VisionTransformerRelPos`): none, `RelPosMlp` or `RelPosBias`.
+POSITION_BIASES = (None, "mlp", "table")
+# The stem before the patch projection (timm's `HybridEmbed` backbone): none (the pixels),
+# timm's ResNetV2 of the hybrid ViTs or MobileCLIP's `ConvStem` (`keras_vit.model.vit.stems`).
+STEMS = (None, "resnetv2", "convstem")
+# How position embeddings are resampled to another grid: timm's antialiased bicubic, or, as timm
+# loads FlexiViT's and RADIO's, bilinear (RADIO-B/H v3: with aligned corners).
+INTERPOLATIONS = ("bicubic", "bilinear", "bilinear_aligned")
+# MobileCLIP's ConvStem: kernel = stride of its three convolutions.
+CONVSTEM_STRIDES = (4, 2, 2)
+# timm's ResNetV2 stage widths (a bottleneck's output; its middle is a quarter of it) and stem.
+RESNETV2_CHANNELS = (256, 512, 1024, 2048)
+RESNETV2_STEM_CHANNELS = 64
+
+
+def resnetv2_feature_size(image_size, depths):
+    """(rows, cols) of a ResNetV2 stem's feature map for an image of `image_size`: the stem's
+    strided convolution and max pooling, then each stage after the first, each halving a side,
+    rounding up ("same" padding)."""
+    size = list(image_size)
+    for _ in range(2 + max(len(depths) - 1, 0)):
+        size = [math.ceil(side / 2) for side in size]
+    return tuple(size)
+
+
+def resnetv2_channels(depths):
+    """A ResNetV2 stem's output channels: the stem's, or the last stage's."""
+    return RESNETV2_CHANNELS[len(depths) - 1] if depths else RESNETV2_STEM_CHANNELS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,6 +90,17 @@ class Architecture:
     final_norm: bool = True
     activation: str = "gelu"
     mlp: str = "mlp"
+    block: str = "pre_norm"
+    attention: str = "standard"
+    scale_attention_norm: bool = False
+    scale_mlp_norm: bool = False
+    position_bias: str | None = None
+    position_bias_dim: int = 128
+    shared_position_bias: bool = False
+    stem: str | None = None
+    stem_depths: tuple = ()
+    # How checkpoints' position embeddings are resampled to another grid (timm's by architecture).
+    position_embedding_interpolation: str = "bicubic"
     # How images are brought to image_size at evaluation (keras_vit.model.transform).
     crop_pct: float = DEFAULT_TRANSFORM.crop_pct
     crop_mode: str = DEFAULT_TRANSFORM.crop_mode
@@ -69,6 +115,7 @@ class Architecture:
             object.__setattr__(self, name, value)
 
         put("image_size", pair(self.image_size, "image_size"))
+        put("stem_depths", tuple(int(depth) for depth in self.stem_depths))
         for name in ("image_mean", "image_std"):
             if getattr(self, name) is not None:
                 put(name, [float(value) for value in getattr(self, name)])
@@ -84,6 +131,9 @@ class Architecture:
             "proj_bias",
             "pre_norm",
             "final_norm",
+            "shared_position_bias",
+            "scale_attention_norm",
+            "scale_mlp_norm",
         ):
             put(name, bool(getattr(self, name)))
         if self.norm_before_pooling is not None:
@@ -105,7 +155,17 @@ class Architecture:
             )
         if self.class_names is not None and len(self.class_names) != self.num_classes:
             raise ValueError(f"{len(self.class_names)} class_names given for num_classes={self.num_classes}.")
-        for name, choices in (("pooling", POOLINGS), ("activation", ACTIVATIONS), ("mlp", MLPS)):
+        check_positive_int(self.position_bias_dim, "position_bias_dim")
+        for name, choices in (
+            ("pooling", POOLINGS),
+            ("activation", ACTIVATIONS),
+            ("mlp", MLPS),
+            ("block", BLOCKS),
+            ("attention", ATTENTIONS),
+            ("position_bias", POSITION_BIASES),
+            ("stem", STEMS),
+            ("position_embedding_interpolation", INTERPOLATIONS),
+        ):
             if getattr(self, name) not in choices:
                 raise ValueError(
                     f"{name} must be one of {', '.join(map(repr, choices))}, got {getattr(self, name)!r}."
@@ -113,6 +173,39 @@ class Architecture:
         if self.mlp == "swiglu_packed" and self.mlp_dim % 2:
             raise ValueError(
                 f"mlp='swiglu_packed' halves fc1's {self.mlp_dim} outputs: give an even mlp_dim."
+            )
+        if self.stem_depths and self.stem != "resnetv2":
+            raise ValueError("stem_depths are a ResNetV2's stages: set stem='resnetv2' too.")
+        if self.stem == "convstem" and (self.patch_size != 1 or self.hidden_dim % 4):
+            raise ValueError(
+                "stem='convstem' ends in the tokens' width itself: give patch_size=1 and a hidden_dim "
+                f"divisible by 4, got patch_size={self.patch_size}, hidden_dim={self.hidden_dim}."
+            )
+        if len(self.stem_depths) > len(RESNETV2_CHANNELS) or not all(d > 0 for d in self.stem_depths):
+            raise ValueError(f"stem_depths: up to 4 positive stage depths, got {list(self.stem_depths)}.")
+        features = self.feature_size
+        if self.stem is not None and (features[0] % self.patch_size or features[1] % self.patch_size):
+            raise ValueError(
+                f"The stem's {features[0]}x{features[1]} feature map is not divisible by the patch "
+                f"size {self.patch_size}."
+            )
+        scale_norms = self.scale_attention_norm or self.scale_mlp_norm
+        if self.block == "parallel" and (self.mlp != "mlp" or self.position_bias is not None or scale_norms):
+            raise ValueError("block='parallel' has timm's plain MLP, and no position bias or scale norms.")
+        if self.attention == "diff" and self.scale_attention_norm:
+            raise ValueError("attention='diff' has no scale_attention_norm (timm's neither).")
+        halves = self.hidden_dim % (2 * self.num_heads) == 0
+        if self.attention == "diff" and (self.position_bias is not None or not halves):
+            raise ValueError(
+                "attention='diff' halves each head and takes no relative position bias: give a "
+                "hidden_dim divisible by 2 x num_heads and no position_bias."
+            )
+        if self.shared_position_bias and self.position_bias is None:
+            raise ValueError("shared_position_bias shares a relative position bias: set position_bias too.")
+        if self.position_bias == "table" and self.prefix_tokens > 1:
+            raise ValueError(
+                f"position_bias='table' has entries for one [cls] token, "
+                f"not {self.prefix_tokens} prefix tokens."
             )
         if self.pooling == "token" and not self.class_token:
             raise ValueError("pooling='token' takes the [cls] token: set class_token=True or pooling='gap'.")
@@ -136,13 +229,42 @@ class Architecture:
         return self.pooling == "gap" if self.norm_before_pooling is None else not self.norm_before_pooling
 
     @property
+    def feature_size(self):
+        """(rows, cols) of what the patch projection sees: the image, or the stem's feature map."""
+        if self.stem is None:
+            return self.image_size
+        if self.stem == "convstem":
+            return tuple(side // self.stem_reduction for side in self.image_size)
+        return resnetv2_feature_size(self.image_size, self.stem_depths)
+
+    @property
+    def stem_reduction(self):
+        """How many pixels a side of a feature map's cell spans: 1 without a stem."""
+        if self.stem == "convstem":
+            return math.prod(CONVSTEM_STRIDES)
+        return 1 if self.stem is None else 2 ** (2 + max(len(self.stem_depths) - 1, 0))
+
+    @property
+    def feature_channels(self):
+        """The channels the patch projection sees: the image's, or the stem's."""
+        if self.stem == "convstem":
+            return self.hidden_dim
+        return self.channels if self.stem is None else resnetv2_channels(self.stem_depths)
+
+    @property
+    def grid_size(self):
+        rows, cols = self.feature_size
+        return (rows // self.patch_size, cols // self.patch_size)
+
+    @property
     def num_patches(self):
-        return (self.image_size[0] // self.patch_size) * (self.image_size[1] // self.patch_size)
+        return self.grid_size[0] * self.grid_size[1]
 
     def config(self):
         """The arguments as a JSON-ready dict (`ViT.get_config`)."""
         config = {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
         config["image_size"] = list(self.image_size)
+        config["stem_depths"] = list(self.stem_depths)
         return config
 
 

@@ -13,7 +13,7 @@ same graph exports to TFLite with builtin ops only.
 import keras
 from keras import ops
 
-from keras_vit.model.vit.layers import PatchEncoder, TransformerBlock
+from keras_vit.model.vit.layers import BLOCK_CLASSES, PatchEncoder, RelativePositionBias
 
 
 def attention_scores(model, images, head=None):
@@ -28,15 +28,18 @@ def attention_scores(model, images, head=None):
     Raises:
         ValueError: `model` has no Transformer blocks.
     """
-    blocks = [layer for layer in model.layers if isinstance(layer, TransformerBlock)]
+    blocks = [layer for layer in model.layers if isinstance(layer, BLOCK_CLASSES)]
     if not blocks:
         raise ValueError(f"{model.name} has no TransformerBlock layers, so it has no attention to show.")
     x = images
     scores = []
+    shared = None  # a relative position bias all blocks share, computed before the first
     for layer in model.layers[1 : model.layers.index(blocks[-1]) + 1]:  # after the InputLayer
-        if isinstance(layer, TransformerBlock):
-            x, block_scores = layer(x, training=False, return_attention_scores=True)
+        if isinstance(layer, BLOCK_CLASSES):
+            x, block_scores = layer(x, training=False, return_attention_scores=True, position_bias=shared)
             scores.append(block_scores)
+        elif isinstance(layer, RelativePositionBias):
+            shared = layer(x, training=False)
         else:
             x = layer(x, training=False)
     head = head or head_model(model)
@@ -46,7 +49,7 @@ def attention_scores(model, images, head=None):
 def head_model(model):
     """The layers after a ViT's last block (pooling, norm, the head or DeiT's two heads) as
     one Keras model; `attention_scores(..., head=)` takes it to skip rebuilding it per call."""
-    blocks = [layer for layer in model.layers if isinstance(layer, TransformerBlock)]
+    blocks = [layer for layer in model.layers if isinstance(layer, BLOCK_CLASSES)]
     return keras.Model(blocks[-1].output, model.output, name=f"{model.name}_head")
 
 

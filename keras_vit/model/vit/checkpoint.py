@@ -10,6 +10,7 @@ import re
 
 import numpy as np
 
+from keras_vit.model.relative_position import resize_bias_table
 from keras_vit.model.state import CONV, CheckpointMismatchError, linear, norm
 from keras_vit.model.vit.pos_embed import resample_position_embeddings
 
@@ -20,7 +21,11 @@ HEAD_PREFIXES = ("head", "head_dist")
 
 
 def canonical(state, source):
-    """`state` in timm's keys: transformers' and Google's `.npz` keys converted."""
+    """`state` in timm's keys: transformers' and Google's `.npz` keys converted; BatchNorm's step
+    counters (a MobileCLIP stem's) left out."""
+    state = {key: value for key, value in state.items() if not key.endswith("num_batches_tracked")}
+    if _MOBILECLIP_KEY in state:
+        return _mobileclip_to_timm(state)
     if any("/" in key for key in state):
         return _npz_to_timm(state, source)
     if any(k.endswith("embeddings.cls_token") for k in state):
@@ -68,8 +73,13 @@ def fit(key, value, model, source):
     grid, RGB patch filters summed for a grayscale model (timm's `adapt_input_conv`)."""
     encoder = _encoder(model)
     if key == "pos_embed":
-        return _fit_position_embeddings(value, encoder, source)
-    if key == "patch_embed.proj.weight" and value.ndim == 4 and encoder.projection.kernel.shape[2] == 1:
+        return _fit_position_embeddings(
+            value, encoder, source, model.architecture.position_embedding_interpolation
+        )
+    if key.endswith("relative_position_bias_table"):
+        return _fit_bias_table(value, encoder.grid_size, encoder.num_prefix_tokens, source)
+    grayscale = model.channels == 1 and encoder.backbone is None
+    if key == "patch_embed.proj.weight" and value.ndim == 4 and grayscale:
         return value.sum(axis=1, keepdims=True) if value.shape[1] == 3 else value
     return value
 
@@ -108,6 +118,45 @@ _TRANSFORMERS_RENAMES = [
     (r"^(?:cls_)?classifier\.", "head."),
     (r"^distillation_classifier\.", "head_dist."),  # DeiT's second head
 ]
+
+
+# Apple's MobileCLIP image encoder, as its own checkpoints name it (timm's `_convert_mobileclip`).
+_MOBILECLIP_PREFIX = "image_encoder.model."
+_MOBILECLIP_KEY = _MOBILECLIP_PREFIX + "patch_emb.0.block.conv.weight"
+_MOBILECLIP_RENAMES = (
+    ("patch_emb.", "patch_embed.backbone."),
+    ("block.conv", "conv"),
+    ("block.norm", "bn"),
+    ("post_transformer_norm.", "norm."),
+    ("pre_norm_mha.0", "norm1"),
+    ("pre_norm_mha.1", "attn"),
+    ("pre_norm_ffn.0", "norm2"),
+    ("pre_norm_ffn.1", "mlp.fc1"),
+    ("pre_norm_ffn.4", "mlp.fc2"),
+    ("qkv_proj.", "qkv."),
+    ("out_proj.", "proj."),
+    ("transformer.", "blocks."),
+)
+
+
+def _mobileclip_to_timm(state):
+    """Apple's MobileCLIP image encoder in timm's keys, as timm's `_convert_mobileclip`: its
+    projection to the joint embedding becomes the head (no bias)."""
+    converted = {}
+    for key, value in state.items():
+        if not key.startswith(_MOBILECLIP_PREFIX):
+            continue
+        key = key[len(_MOBILECLIP_PREFIX) :]
+        for old, new in _MOBILECLIP_RENAMES:
+            key = key.replace(old, new)
+        if key == "pos_embed.pos_embed.pos_embed":
+            key, value = "pos_embed", value[0]
+        if "classifier.proj" in key:
+            value = np.asarray(value).T
+            converted[key.replace("classifier.proj", "head.bias")] = np.zeros(value.shape[0], value.dtype)
+            key = key.replace("classifier.proj", "head.weight")
+        converted[key] = value
+    return converted
 
 
 def _transformers_to_timm(state):
@@ -196,10 +245,17 @@ def _npz_to_timm(w, path):
 
 
 def _targets(model, encoder, final_norm_key):
-    targets = [("patch_embed.proj.weight", encoder.projection.kernel, CONV)]
-    if encoder.projection_bias:
-        targets.append(("patch_embed.proj.bias", encoder.projection.bias, None))
-    targets.append(("pos_embed", encoder.position_embedding, None))
+    targets = []
+    if encoder.stem == "resnetv2":
+        targets += _resnetv2_targets(encoder.backbone, "patch_embed.backbone")
+    elif encoder.stem == "convstem":
+        targets += _convstem_targets(encoder.backbone, "patch_embed.backbone")
+    if encoder.projection is not None:
+        targets.append(("patch_embed.proj.weight", encoder.projection.kernel, CONV))
+        if encoder.projection_bias:
+            targets.append(("patch_embed.proj.bias", encoder.projection.bias, None))
+    if encoder.position_embedding is not None:
+        targets.append(("pos_embed", encoder.position_embedding, None))
     for key, present in (
         ("cls_token", "class_token"),
         ("dist_token", "distillation_token"),
@@ -209,21 +265,100 @@ def _targets(model, encoder, final_norm_key):
             targets.append((key, getattr(encoder, key), None))
     if model.pre_norm:
         targets += norm(model.get_layer("norm_pre"), "norm_pre")
+    if model.shared_position_bias:
+        targets += _position_bias_targets(model.get_layer("position_bias"), "shared_rel_pos")
     for i, block in enumerate(model.blocks):
         p = f"blocks.{i}"
+        if model.block == "parallel":
+            targets += _parallel_block_targets(block, p)
+            continue
+        if block.attention_kind == "diff":
+            targets += _differential_targets(block.attention.diff, f"{p}.attn")
         targets += norm(block.norm1, f"{p}.norm1")
+        if block.attention.rel_pos is not None:
+            targets += _position_bias_targets(block.attention.rel_pos, f"{p}.attn.rel_pos")
         targets += linear(block.attention.qkv, f"{p}.attn.qkv", bias=block.qkv_bias)
+        if block.scale_attention_norm:
+            targets += norm(block.attention.norm, f"{p}.attn.norm")
+        if block.scale_mlp_norm:
+            targets += norm(block.mlp_norm, f"{p}.mlp.norm")
         targets += linear(block.attention.proj, f"{p}.attn.proj", bias=block.proj_bias)
         targets += norm(block.norm2, f"{p}.norm2")
         for layer in [*block.mlp_hidden_layers, block.fc2]:
             targets += linear(layer, f"{p}.mlp.{layer.name}", bias=block.proj_bias)
-        if block.layer_scale is not None:
+        if block.has_layer_scale:
             targets += [(f"{p}.ls1.gamma", block.ls1, None), (f"{p}.ls2.gamma", block.ls2, None)]
     if model.final_norm:
         targets += norm(model.get_layer("norm"), final_norm_key)
     if model.pooling == "map":
         targets += _attention_pool_targets(model.get_layer("pooling"), "attn_pool")
     return targets
+
+
+def _resnetv2_targets(stem, prefix):
+    """timm's `ResNetV2` keys of a hybrid ViT's backbone (its `create_resnetv2_stem` alone when it
+    has no stages: `conv`, `norm` without the `stem.`)."""
+    base = f"{prefix}.stem" if stem.depths else prefix
+
+    def conv_norm(conv, norm_layer, key_conv, key_norm):
+        return [(f"{key_conv}.weight", conv.kernel, CONV)] + norm(norm_layer, key_norm)
+
+    targets = conv_norm(stem.stem_conv, stem.stem_norm, f"{base}.conv", f"{base}.norm")
+    for block in stem.blocks:
+        stage, index = block.name.split("_")[1::2]
+        p = f"{prefix}.stages.{stage}.blocks.{index}"
+        if block.downsample:
+            targets += conv_norm(
+                block.downsample_conv, block.downsample_norm, f"{p}.downsample.conv", f"{p}.downsample.norm"
+            )
+        for i in (1, 2, 3):
+            conv, norm_layer = getattr(block, f"conv{i}"), getattr(block, f"norm{i}")
+            targets += conv_norm(conv, norm_layer, f"{p}.conv{i}", f"{p}.norm{i}")
+    return targets
+
+
+def _differential_targets(core, prefix):
+    """timm's `DiffAttention` lambdas and `sub_norm` (a `DiffParallelScalingBlock`'s too)."""
+    lambdas = [(f"{prefix}.{name}", getattr(core, name), None) for name in ("lambda_q1", "lambda_k1")]
+    lambdas += [(f"{prefix}.{name}", getattr(core, name), None) for name in ("lambda_q2", "lambda_k2")]
+    return lambdas + [(f"{prefix}.sub_norm.weight", core.sub_norm, None)]
+
+
+def _parallel_block_targets(block, p):
+    """timm's `ParallelScalingBlock` (and `DiffParallelScalingBlock`) keys."""
+    targets = norm(block.in_norm, f"{p}.in_norm") + linear(block.in_proj, f"{p}.in_proj", bias=block.qkv_bias)
+    if not block.qkv_bias:
+        targets.append((f"{p}.mlp_bias", block.mlp_bias, None))
+    if block.diff is not None:
+        targets += _differential_targets(block.diff, p)
+    for layer in (block.out_proj, block.attn_out_proj, block.mlp_out_proj):
+        if layer is not None:
+            targets += linear(layer, f"{p}.{layer.name}", bias=block.proj_bias)
+    if block.layer_scale is not None:
+        targets.append((f"{p}.ls.gamma", block.ls, None))
+    return targets
+
+
+def _convstem_targets(stem, prefix):
+    """timm's `ConvStem` keys (`ConvNormAct`'s `conv` and `bn`, BatchNorm's running statistics)."""
+    targets = []
+    for i, conv in enumerate(stem.convs):
+        targets.append((f"{prefix}.{i}.conv.weight", conv.kernel, CONV))
+        if conv.use_bias:
+            targets.append((f"{prefix}.{i}.conv.bias", conv.bias, None))
+    for i, bn in enumerate(stem.norms):
+        p = f"{prefix}.{i}.bn"
+        targets += norm(bn, p)
+        targets.append((f"{p}.running_mean", bn.moving_mean, None))
+        targets.append((f"{p}.running_var", bn.moving_variance, None))
+    return targets
+
+
+def _position_bias_targets(bias, prefix):
+    """timm's `RelPosMlp` (`mlp.fc1`, `mlp.fc2`) or `RelPosBias` (its table) keys."""
+    if bias.kind == "table":
+        return [(f"{prefix}.relative_position_bias_table", bias.relative_position_bias_table, None)]
+    return linear(bias.bias_fc1, f"{prefix}.mlp.fc1") + linear(bias.bias_fc2, f"{prefix}.mlp.fc2")
 
 
 def _attention_pool_targets(pool, prefix):
@@ -240,7 +375,20 @@ def _attention_pool_targets(pool, prefix):
     return targets + norm(pool.norm, f"{prefix}.norm")
 
 
-def _fit_position_embeddings(pos_embed, encoder, source):
+def _fit_bias_table(table, grid, num_prefix_tokens, source):
+    """A relative position bias table resized to the model's patch grid when its size differs, as
+    timm's `checkpoint_filter_fn` (its [cls] token's three entries kept)."""
+    extra = 3 * num_prefix_tokens
+    if table.ndim != 2 or table.shape[0] == (2 * grid[0] - 1) * (2 * grid[1] - 1) + extra:
+        return table
+    logger.info("%s: resizing a relative position bias table to a %dx%d patch grid.", source, *grid)
+    try:
+        return resize_bias_table(table, grid, extra_entries=extra)
+    except ValueError as error:
+        raise CheckpointMismatchError(f"{source}: {error}") from None
+
+
+def _fit_position_embeddings(pos_embed, encoder, source, interpolation):
     expected = tuple(encoder.position_embedding.shape)
     if pos_embed.shape == expected or pos_embed.ndim != 3 or pos_embed.shape[-1] != expected[-1]:
         return pos_embed  # equal, or a mismatch that the shape check reports
@@ -259,4 +407,4 @@ def _fit_position_embeddings(pos_embed, encoder, source):
         side,
         *encoder.grid_size,
     )
-    return resample_position_embeddings(pos_embed, encoder.grid_size, (side, side), prefix)
+    return resample_position_embeddings(pos_embed, encoder.grid_size, (side, side), prefix, interpolation)

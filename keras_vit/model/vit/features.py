@@ -15,7 +15,7 @@ import keras
 from keras import ops
 
 from keras_vit.model.family import take_indices as block_indices
-from keras_vit.model.vit.layers import PatchEncoder, TransformerBlock
+from keras_vit.model.vit.layers import BLOCK_CLASSES, PatchEncoder, RelativePositionBias
 
 OUTPUTS = ("grid", "tokens")
 
@@ -47,15 +47,19 @@ def intermediates(
     take = block_indices(len(blocks), indices)
     encoder = next(layer for layer in model.layers if isinstance(layer, PatchEncoder))
     x = images
+    shared = None  # a relative position bias all blocks share
     # Normalisation, patch embedding and CLIP's LayerNorm before the blocks.
     for layer in model.layers[1 : model.layers.index(blocks[0])]:
-        x = layer(x, training=False)
+        if isinstance(layer, RelativePositionBias):
+            shared = layer(x, training=False)
+        else:
+            x = layer(x, training=False)
     rows, columns = encoder.grid_size
     prefix_count = encoder.num_prefix_tokens
     last = max(take) if stop_early else len(blocks) - 1
     collected = {}
     for i, block in enumerate(blocks[: last + 1]):
-        x = block(x, training=False)
+        x = block(x, training=False, position_bias=shared)
         if i in take:
             collected[i] = model.get_layer("norm")(x) if norm and _norms_tokens(model) else x
     results = []
@@ -83,4 +87,4 @@ def _norms_tokens(model):
 
 
 def _blocks(model):
-    return [layer for layer in model.layers if isinstance(layer, TransformerBlock)]
+    return [layer for layer in model.layers if isinstance(layer, BLOCK_CLASSES)]

@@ -17,11 +17,27 @@ _AS_IS = (
     "proj_bias",
     "pre_norm",
     "final_norm",
+    "scale_attention_norm",
+    "scale_mlp_norm",
 )
 _AS_TIMM = {ours: timm for timm, ours in timm_args.SAME.items() if ours in _AS_IS}
 # What a ViT has that timm's VisionTransformer cannot be given in `model_args` (its parts are
 # classes there: a model that differs in them is published as an architecture that has them).
-_NOT_IN_TIMM = ("representation_size", "distillation_token", "mlp", "layer_norm_epsilon")
+_NOT_IN_TIMM = (
+    "representation_size",
+    "distillation_token",
+    "mlp",
+    "layer_norm_epsilon",
+    "block",
+    "attention",
+    "stem",
+    "stem_depths",
+    "position_embedding_interpolation",
+)
+# The parts a timm class has or has not (absolute position embeddings or a relative position
+# bias: `VisionTransformer` or `VisionTransformerRelPos`): a model is published as one that has
+# them.
+_SAME_KIND = ("distillation_token", "mlp", "block", "attention", "stem", "stem_depths")
 # LayerNorm epsilons this close give the same logits to well under 1e-4.
 _SAME_EPSILON = 1e-6
 # transformers' model types of the family.
@@ -39,6 +55,9 @@ def timm_arguments(model_args, defaults, source):
         )
     named = timm_args.timm_kwargs(defaults)
     arguments = timm_args.from_timm({**named, **model_args}, source)
+    # timm's by the architecture's name, not a keyword argument
+    interpolation = defaults.get("position_embedding_interpolation", "bicubic")
+    arguments["position_embedding_interpolation"] = interpolation
     if "mlp_ratio" not in model_args and arguments["hidden_dim"] == defaults["hidden_dim"]:
         arguments["mlp_dim"] = defaults["mlp_dim"]  # the named width, not its ratio rounded back
     return arguments
@@ -76,6 +95,8 @@ def timm_model_args(config, named, architecture):
     if _same_epsilon(config, named):
         differ.discard("layer_norm_epsilon")
     cannot = sorted(differ & set(_NOT_IN_TIMM))
+    if not _same_position_kind(config, named):
+        cannot.append("position embeddings (absolute or relative)")
     if cannot:
         raise ValueError(
             f"timm cannot build this model: its {', '.join(cannot)} differ from {architecture}'s, and "
@@ -90,7 +111,10 @@ def timm_model_args(config, named, architecture):
             )
         model_args["mlp_ratio"] = ratio
     mine, theirs = timm_args.timm_kwargs(config), timm_args.timm_kwargs(named)
-    for key in ("init_values", "no_embed_class", "global_pool", "fc_norm", "act_layer"):
+    keys = ["init_values", "no_embed_class", "global_pool", "fc_norm", "act_layer"]
+    if named.get("position_bias"):  # VisionTransformerRelPos' own arguments
+        keys += ["rel_pos_type", "rel_pos_dim", "shared_rel_pos"]
+    for key in keys:
         if mine[key] != theirs[key]:
             model_args[key] = mine[key]
     return model_args
@@ -105,13 +129,20 @@ def timm_architecture(config, architectures):
 
     def same_kind(name):
         named = FAMILY.architecture(FAMILY.config(name)).config()
-        return all(named[key] == config.get(key, named[key]) for key in ("distillation_token", "mlp")) and (
-            _same_epsilon(config, named)
+        return (
+            all(named[key] == config.get(key, named[key]) for key in _SAME_KIND)
+            and _same_epsilon(config, named)
+            and _same_position_kind(config, named)
         )
 
     return nearest_architecture(
         config, [name for name in architectures if name in MODEL_CONFIGS and same_kind(name)]
     )
+
+
+def _same_position_kind(config, named):
+    """Both with absolute position embeddings, or both with a relative position bias."""
+    return (config.get("position_bias") is None) == (named.get("position_bias") is None)
 
 
 def _same_epsilon(config, named):

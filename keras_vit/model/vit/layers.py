@@ -6,11 +6,15 @@ its sublayers with `dtype=self.dtype_policy` (so mixed precision needs no
 special cases) and returns every argument from `get_config`.
 """
 
+import math
+
 import keras
 from keras import ops
 
 from keras_vit.model.checks import check_positive_int, check_rate
 from keras_vit.model.layers import Block, DropPath, weight_initializer
+from keras_vit.model.relative_position import relative_log_coords, relative_position_index
+from keras_vit.model.vit.stems import build_stem
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -122,6 +126,13 @@ class PatchEncoder(keras.layers.Layer):
             tokens ("Vision Transformers Need Registers", Darcet et al. 2024).
         projection_bias: bool, default True. Whether the patch projection has a bias (CLIP's,
             followed by a LayerNorm, has none).
+        position_embedding: bool, default True. False: no absolute position embeddings (a ViT
+            whose attention has relative position biases instead, timm's
+            `VisionTransformerRelPos`).
+        stem: None (default) or the name of a convolutional stem (`keras_vit.model.vit.stems`:
+            `"resnetv2"`) whose feature map the projection turns into tokens instead of the
+            pixels (timm's `HybridEmbed`); its weights are the layer's `backbone`.
+        stem_depths: list of ints, default (). The stem's stage depths (`ResNetV2Stem`).
     """
 
     def __init__(
@@ -134,6 +145,9 @@ class PatchEncoder(keras.layers.Layer):
         class_token=True,
         register_tokens=0,
         projection_bias=True,
+        position_embedding=True,
+        stem=None,
+        stem_depths=(),
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -153,21 +167,32 @@ class PatchEncoder(keras.layers.Layer):
         self.class_token = bool(class_token)
         self.register_tokens = int(register_tokens)
         self.projection_bias = bool(projection_bias)
+        self.has_position_embedding = bool(position_embedding)
+        self.stem = stem
+        self.stem_depths = [int(depth) for depth in stem_depths]
         # Tokens before the patch tokens: [cls], DeiT's distillation token, the registers.
         self.num_prefix_tokens = self.class_token + self.distillation_token + self.register_tokens
         # Prefix tokens that have a position embedding (before the grid's embeddings).
         self.position_prefix_tokens = self.num_prefix_tokens if self.cls_position_embedding else 0
 
-        self.projection = keras.layers.Conv2D(
-            hidden_dim,
-            kernel_size=patch_size,
-            strides=patch_size,
-            padding="valid",
-            use_bias=self.projection_bias,
-            kernel_initializer=weight_initializer(),
-            dtype=self.dtype_policy,
-            name="projection",
-        )
+        self.backbone = None
+        if stem is not None:
+            self.backbone = build_stem(
+                stem, self.stem_depths, hidden_dim, dtype=self.dtype_policy, name="backbone"
+            )
+        # A stem that ends in the tokens' width has no projection after it (timm's proj=False).
+        self.projection = None
+        if self.backbone is None or not self.backbone.projects:
+            self.projection = keras.layers.Conv2D(
+                hidden_dim,
+                kernel_size=patch_size,
+                strides=patch_size,
+                padding="valid",
+                use_bias=self.projection_bias,
+                kernel_initializer=weight_initializer(),
+                dtype=self.dtype_policy,
+                name="projection",
+            )
         self.dropout_layer = keras.layers.Dropout(dropout, dtype=self.dtype_policy, name="dropout")
 
     def build(self, input_shape):
@@ -178,9 +203,14 @@ class PatchEncoder(keras.layers.Layer):
                 f"embeddings, got input shape {tuple(input_shape)}."
             )
         self.image_size = (height, width)
-        self.grid_size = _patch_grid(height, width, self.patch_size)
+        features = input_shape
+        if self.backbone is not None:
+            self.backbone.build(input_shape)
+            features = self.backbone.compute_output_shape(input_shape)
+        self.grid_size = _patch_grid(features[1], features[2], self.patch_size)
         self.num_patches = self.grid_size[0] * self.grid_size[1]
-        self.projection.build(input_shape)
+        if self.projection is not None:
+            self.projection.build(features)
         if self.class_token:
             self.cls_token = self.add_weight(
                 shape=(1, 1, self.hidden_dim),
@@ -199,11 +229,13 @@ class PatchEncoder(keras.layers.Layer):
                 initializer=keras.initializers.RandomNormal(stddev=1e-6),
                 name="dist_token",
             )
-        self.position_embedding = self.add_weight(
-            shape=(1, self.num_patches + self.position_prefix_tokens, self.hidden_dim),
-            initializer=weight_initializer(),
-            name="position_embedding",
-        )
+        self.position_embedding = None
+        if self.has_position_embedding:
+            self.position_embedding = self.add_weight(
+                shape=(1, self.num_patches + self.position_prefix_tokens, self.hidden_dim),
+                initializer=weight_initializer(),
+                name="position_embedding",
+            )
 
     def call(self, images, training=None):
         if tuple(images.shape[1:3]) != self.image_size:
@@ -213,7 +245,8 @@ class PatchEncoder(keras.layers.Layer):
                 f"{self.image_size[0]}x{self.image_size[1]}, or make a model for the new size "
                 f"with keras_vit.resize_model(model, image_size)."
             )
-        x = self.projection(images)
+        x = images if self.backbone is None else self.backbone(images, training=training)
+        x = x if self.projection is None else self.projection(x)
         x = ops.reshape(x, (-1, self.num_patches, self.hidden_dim))
         tokens = [self.cls_token] if self.class_token else []
         tokens += [self.dist_token] if self.distillation_token else []
@@ -223,6 +256,9 @@ class PatchEncoder(keras.layers.Layer):
             ops.broadcast_to(ops.cast(token, x.dtype), (batch, token.shape[1], self.hidden_dim))
             for token in tokens
         ]
+        if self.position_embedding is None:
+            x = ops.concatenate([*prefix, x], axis=1) if prefix else x
+            return self.dropout_layer(x, training=training)
         position_embedding = ops.cast(self.position_embedding, x.dtype)
         if self.cls_position_embedding:
             x = ops.concatenate([*prefix, x], axis=1) + position_embedding
@@ -231,6 +267,8 @@ class PatchEncoder(keras.layers.Layer):
         return self.dropout_layer(x, training=training)
 
     def compute_output_shape(self, input_shape):
+        if self.backbone is not None:
+            input_shape = self.backbone.compute_output_shape(input_shape)
         rows, cols = _patch_grid(input_shape[1], input_shape[2], self.patch_size)
         return (input_shape[0], rows * cols + self.num_prefix_tokens, self.hidden_dim)
 
@@ -246,6 +284,9 @@ class PatchEncoder(keras.layers.Layer):
                 "class_token": self.class_token,
                 "register_tokens": self.register_tokens,
                 "projection_bias": self.projection_bias,
+                "position_embedding": self.has_position_embedding,
+                "stem": self.stem,
+                "stem_depths": list(self.stem_depths),
             }
         )
         return config
@@ -270,13 +311,134 @@ def fused_attention_applies(attention_dropout, training, return_attention_scores
     return keras.backend.backend() == "jax"
 
 
-def fused_attention(q, k, v, num_heads, scale):
-    """softmax(q k^T * scale) v over `(batch, tokens, width)` projections, heads split from the
-    width as timm splits them; returns `(batch, tokens, width)`."""
+def fused_attention(q, k, v, num_heads, scale, bias=None):
+    """softmax(q k^T * scale + bias) v over `(batch, tokens, width)` projections, heads split from
+    the width as timm splits them; returns `(batch, tokens, width)`."""
     batch_tokens_heads = (-1, q.shape[1] if q.shape[1] is not None else ops.shape(q)[1], num_heads)
     heads = [ops.reshape(t, batch_tokens_heads + (t.shape[-1] // num_heads,)) for t in (q, k, v)]
-    out = ops.dot_product_attention(*heads, scale=scale, flash_attention=False)
+    if bias is not None:
+        bias = ops.cast(bias, q.dtype)
+    out = ops.dot_product_attention(*heads, bias=bias, scale=scale, flash_attention=False)
     return ops.reshape(out, ops.shape(q))
+
+
+# The attention's kind (`ViT(attention=...)`, timm's `attn_layer`).
+ATTENTIONS = ("standard", "diff")
+
+
+def _choices(names):
+    return ", ".join(map(repr, names))
+
+
+# The kinds of relative position bias (`ViT(position_bias=...)`, timm's `rel_pos_type`): "mlp",
+# timm's `RelPosMlp` (an MLP of the log-spaced offsets, its "cr" mode), and "table", timm's
+# `RelPosBias` (a learned table indexed by the offsets, BEiT's and the Swin's).
+POSITION_BIASES = ("mlp", "table")
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class RelativePositionBias(keras.layers.Layer):
+    """A relative position bias over a grid of patch tokens, added to every head's attention
+    scores before the softmax (timm's `RelPosMlp` and `RelPosBias`, `vision_transformer_relpos`).
+
+    Called on the tokens (for its place in the graph; their values are not read), it returns the
+    `(1, heads, tokens, tokens)` float32 bias of each pair of tokens: a function of the pair's
+    offset on the grid `(dy, dx)`, computed from the weights alone, so that it is the same for
+    every image. Kinds:
+
+    - `"mlp"` (timm's `RelPosMlp`, its default "cr" mode): `sign(d) log(1 + |d|)` of each offset
+      through `bias_fc1` (ReLU, dropout 0.125 in training, as timm's) and `bias_fc2`; the prefix
+      tokens' pairs get no bias. Its weights fit any grid.
+    - `"table"` (timm's `RelPosBias`): a learned `relative_position_bias_table` of
+      `(2 rows - 1)(2 cols - 1)` offsets, plus BEiT's three entries for a [cls] token (its row,
+      its column, itself); a checkpoint's table is resized to another grid as timm resizes it.
+
+    Args:
+        kind: `"mlp"` or `"table"`.
+        grid_size: (rows, cols) of the patch grid.
+        num_heads: int. One bias per head.
+        num_prefix_tokens: int, default 0. Tokens before the patches ([cls]; at most one for
+            `"table"`, as timm's).
+        hidden_dim: int, default 128. The MLP's width (timm's `rel_pos_dim`).
+    """
+
+    def __init__(self, kind, grid_size, num_heads, num_prefix_tokens=0, hidden_dim=128, **kwargs):
+        super().__init__(**kwargs)
+        if kind not in POSITION_BIASES:
+            choices = ", ".join(map(repr, POSITION_BIASES))
+            raise ValueError(f"position_bias must be one of {choices}, got {kind!r}.")
+        check_positive_int(num_heads, "num_heads")
+        check_positive_int(hidden_dim, "hidden_dim")
+        if kind == "table" and num_prefix_tokens > 1:
+            raise ValueError(
+                f"A bias table has entries for one [cls] token, not {num_prefix_tokens} prefix tokens."
+            )
+        # === Config ===
+        self.kind = kind
+        self.grid_size = tuple(int(side) for side in grid_size)
+        self.num_heads = num_heads
+        self.num_prefix_tokens = int(num_prefix_tokens)
+        self.hidden_dim = hidden_dim
+
+        rows, cols = self.grid_size
+        self.num_offsets = (2 * rows - 1) * (2 * cols - 1)
+        self.tokens = rows * cols + self.num_prefix_tokens
+        if kind == "mlp":
+            self.index = relative_position_index(self.grid_size).reshape(-1)
+            self.coords = relative_log_coords(self.grid_size).reshape(-1, 2)
+            self.bias_fc1 = keras.layers.Dense(
+                hidden_dim, activation="relu", dtype=self.dtype_policy, name="bias_fc1"
+            )
+            self.bias_dropout = keras.layers.Dropout(0.125, dtype=self.dtype_policy, name="bias_dropout")
+            self.bias_fc2 = keras.layers.Dense(num_heads, dtype=self.dtype_policy, name="bias_fc2")
+        else:
+            self.index = relative_position_index(self.grid_size, class_token=self.num_prefix_tokens > 0)
+            self.index = self.index.reshape(-1)
+
+    def build(self, input_shape):
+        if self.kind == "mlp":
+            self.bias_fc1.build((self.num_offsets, 2))
+            self.bias_fc2.build((self.num_offsets, self.hidden_dim))
+        else:
+            self.relative_position_bias_table = self.add_weight(
+                shape=(self.num_offsets + 3 * self.num_prefix_tokens, self.num_heads),
+                initializer=keras.initializers.TruncatedNormal(stddev=0.02),
+                name="relative_position_bias_table",
+                autocast=False,  # added to the float32 scores: never rounded to float16 first
+            )
+
+    def call(self, x, training=None):
+        if self.kind == "mlp":
+            hidden = self.bias_dropout(self.bias_fc1(ops.convert_to_tensor(self.coords)), training=training)
+            table = ops.cast(self.bias_fc2(hidden), "float32")
+            patches = self.tokens - self.num_prefix_tokens
+        else:
+            table, patches = self.relative_position_bias_table, self.tokens
+        bias = ops.take(table, ops.convert_to_tensor(self.index), axis=0)
+        bias = ops.transpose(ops.reshape(bias, (patches, patches, self.num_heads)), (2, 0, 1))
+        if patches != self.tokens:  # the MLP's: no bias for the prefix tokens' pairs
+            prefix = self.num_prefix_tokens
+            bias = ops.pad(bias, ((0, 0), (prefix, 0), (prefix, 0)))
+        return ops.expand_dims(bias, 0)
+
+    def compute_output_shape(self, input_shape):
+        return (1, self.num_heads, self.tokens, self.tokens)
+
+    def compute_output_spec(self, x, training=None):
+        return keras.KerasTensor(self.compute_output_shape(x.shape), dtype="float32")
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "kind": self.kind,
+                "grid_size": list(self.grid_size),
+                "num_heads": self.num_heads,
+                "num_prefix_tokens": self.num_prefix_tokens,
+                "hidden_dim": self.hidden_dim,
+            }
+        )
+        return config
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -293,6 +455,13 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         dropout: float, default 0. Dropout after the output projection.
         qkv_bias: bool, default True. Whether `qkv` has a bias.
         proj_bias: bool, default True. Whether `proj` has a bias.
+        position_bias: None (default) or a dict of `RelativePositionBias`'s arguments (`kind`,
+            `grid_size`, `num_prefix_tokens`, `hidden_dim`): the attention's own relative position
+            bias (timm's `rel_pos`), added to the scores. A bias computed elsewhere (timm's shared
+            one) is given to `call` instead.
+        scale_norm: bool, default False. A LayerNorm on the heads' output before `proj`
+            (BEiT-3's sub-LayerNorm; timm's `scale_norm`, its `norm`).
+        layer_norm_epsilon: float, default 1e-6. That LayerNorm's.
     """
 
     def __init__(
@@ -303,6 +472,9 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         dropout=0.0,
         qkv_bias=True,
         proj_bias=True,
+        position_bias=None,
+        scale_norm=False,
+        layer_norm_epsilon=1e-6,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -323,9 +495,22 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         self.dropout = dropout
         self.qkv_bias = bool(qkv_bias)
         self.proj_bias = bool(proj_bias)
+        self.position_bias = None if position_bias is None else dict(position_bias)
+        self.scale_norm = bool(scale_norm)
+        self.layer_norm_epsilon = layer_norm_epsilon
 
         self.head_dim = hidden_dim // num_heads
         self.scale = self.head_dim**-0.5
+        self.norm = None
+        if self.scale_norm:
+            self.norm = keras.layers.LayerNormalization(
+                epsilon=layer_norm_epsilon, dtype=self.dtype_policy, name="norm"
+            )
+        self.rel_pos = None
+        if self.position_bias is not None:
+            self.rel_pos = RelativePositionBias(
+                num_heads=num_heads, **self.position_bias, dtype=self.dtype_policy, name="rel_pos"
+            )
         self.qkv = keras.layers.Dense(
             3 * hidden_dim,
             use_bias=self.qkv_bias,
@@ -348,34 +533,47 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     def build(self, input_shape):
         self.qkv.build(input_shape)
         self.proj.build(input_shape)
+        if self.rel_pos is not None:
+            self.rel_pos.build(input_shape)
+        if self.norm is not None:
+            self.norm.build(input_shape)
 
     def _split_heads(self, x, num_tokens):
         x = ops.reshape(x, (-1, num_tokens, self.num_heads, self.head_dim))
         return ops.transpose(x, (0, 2, 1, 3))
 
-    def call(self, x, training=None, return_attention_scores=False):
+    def call(self, x, training=None, return_attention_scores=False, position_bias=None):
+        """`position_bias`: a `(1, heads, tokens, tokens)` bias computed elsewhere (timm's shared
+        relative position bias), for an attention without its own."""
         num_tokens = x.shape[1] if x.shape[1] is not None else ops.shape(x)[1]
         q, k, v = ops.split(self.qkv(x), 3, axis=-1)
+        if self.rel_pos is not None:
+            position_bias = self.rel_pos(x, training=training)
         if fused_attention_applies(self.attention_dropout, training, return_attention_scores):
-            out = fused_attention(q, k, v, self.num_heads, self.scale)
-            return self.dropout_layer(self.proj(out), training=training)
+            out = fused_attention(q, k, v, self.num_heads, self.scale, bias=position_bias)
+            return self.dropout_layer(self.proj(self._scale_norm(out)), training=training)
         q = self._split_heads(q, num_tokens) * ops.cast(self.scale, x.dtype)
         k = self._split_heads(k, num_tokens)
         v = self._split_heads(v, num_tokens)
-        scores = ops.matmul(q, ops.transpose(k, (0, 1, 3, 2)))
+        scores = ops.cast(ops.matmul(q, ops.transpose(k, (0, 1, 3, 2))), "float32")
+        if position_bias is not None:
+            scores = scores + ops.cast(position_bias, "float32")
         # Softmax in float32: float16 logits overflow on long sequences.
-        weights = ops.cast(ops.softmax(ops.cast(scores, "float32"), axis=-1), x.dtype)
+        weights = ops.cast(ops.softmax(scores, axis=-1), x.dtype)
         out = ops.matmul(self.attention_dropout_layer(weights, training=training), v)
         out = ops.reshape(ops.transpose(out, (0, 2, 1, 3)), (-1, num_tokens, self.hidden_dim))
-        out = self.dropout_layer(self.proj(out), training=training)
+        out = self.dropout_layer(self.proj(self._scale_norm(out)), training=training)
         if return_attention_scores:
             return out, weights
         return out
 
+    def _scale_norm(self, x):
+        return x if self.norm is None else self.norm(x)
+
     def compute_output_shape(self, input_shape):
         return input_shape
 
-    def compute_output_spec(self, x, training=None, return_attention_scores=False):
+    def compute_output_spec(self, x, training=None, return_attention_scores=False, position_bias=None):
         return _output_spec(self, x, return_attention_scores)
 
     def get_config(self):
@@ -388,6 +586,199 @@ class MultiHeadSelfAttention(keras.layers.Layer):
                 "dropout": self.dropout,
                 "qkv_bias": self.qkv_bias,
                 "proj_bias": self.proj_bias,
+                "position_bias": self.position_bias,
+                "scale_norm": self.scale_norm,
+                "layer_norm_epsilon": self.layer_norm_epsilon,
+            }
+        )
+        return config
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class DifferentialAttentionCore(keras.layers.Layer):
+    """Differential attention over projected queries, keys and values (Ye et al. 2024, timm's
+    `DiffAttention` and `DiffParallelScalingBlock`), without the projections around it.
+
+    Each head's queries and keys are split in two halves of `head_dim / 2`, each pair gives a
+    softmax map, and the head attends with the first map minus `lambda` times the second
+    (`lambda = exp(lambda_q1 . lambda_k1) - exp(lambda_q2 . lambda_k2) + lambda_init`,
+    `lambda_init = 0.8 - 0.6 exp(-0.3 depth)`); each head's output is RMS-normalised
+    (`sub_norm`, epsilon 1e-5) and scaled by `1 - lambda_init`. Called on `(q, k, v)`, each
+    `(batch, tokens, width)`, it returns `(batch, tokens, width)` (and the `(batch, heads, tokens,
+    tokens)` differential maps when asked). Weights as timm's: `lambda_q1`, `lambda_k1`,
+    `lambda_q2`, `lambda_k2`, `sub_norm`.
+
+    Args:
+        hidden_dim: int. Width of the tokens.
+        num_heads: int. Heads; `2 * num_heads` must divide `hidden_dim`.
+        depth: int, default 0. The block's index, which sets `lambda_init` (timm's `depth`).
+        attention_dropout: float, default 0. Dropout on both softmax maps.
+    """
+
+    def __init__(self, hidden_dim, num_heads, depth=0, attention_dropout=0.0, **kwargs):
+        super().__init__(**kwargs)
+        check_positive_int(hidden_dim, "hidden_dim")
+        check_positive_int(num_heads, "num_heads")
+        if hidden_dim % (2 * num_heads):
+            raise ValueError(
+                f"Differential attention halves each of the {num_heads} heads: 2 x num_heads must divide "
+                f"hidden_dim={hidden_dim}."
+            )
+        check_rate(attention_dropout, "attention_dropout")
+        # === Config ===
+        self.hidden_dim = hidden_dim
+        self.num_heads = num_heads
+        self.depth = int(depth)
+        self.attention_dropout = attention_dropout
+
+        self.head_dim = hidden_dim // num_heads // 2
+        self.scale = self.head_dim**-0.5
+        self.lambda_init = 0.8 - 0.6 * math.exp(-0.3 * self.depth)
+        self.attention_dropout_layer = keras.layers.Dropout(
+            attention_dropout, dtype=self.dtype_policy, name="attention_dropout"
+        )
+
+    def build(self, input_shape):
+        for name in ("lambda_q1", "lambda_k1", "lambda_q2", "lambda_k2"):
+            setattr(
+                self,
+                name,
+                self.add_weight(
+                    shape=(self.head_dim,),
+                    initializer=keras.initializers.RandomNormal(stddev=0.1),
+                    name=name,
+                    autocast=False,  # timm computes lambda in float32
+                ),
+            )
+        self.sub_norm = self.add_weight(shape=(2 * self.head_dim,), initializer="ones", name="sub_norm")
+
+    def _lambda(self):
+        first = ops.exp(ops.sum(self.lambda_q1 * self.lambda_k1))
+        second = ops.exp(ops.sum(self.lambda_q2 * self.lambda_k2))
+        return first - second + self.lambda_init
+
+    def call(self, q, k, v, training=None, return_attention_scores=False):
+        num_tokens = q.shape[1] if q.shape[1] is not None else ops.shape(q)[1]
+
+        def heads(x, count, width):
+            return ops.transpose(ops.reshape(x, (-1, num_tokens, count, width)), (0, 2, 1, 3))
+
+        q = heads(q, 2 * self.num_heads, self.head_dim) * ops.cast(self.scale, q.dtype)
+        k = heads(k, 2 * self.num_heads, self.head_dim)
+        v = heads(v, self.num_heads, 2 * self.head_dim)
+        scores = ops.cast(ops.matmul(q, ops.transpose(k, (0, 1, 3, 2))), "float32")
+        weights = self.attention_dropout_layer(ops.softmax(scores, axis=-1), training=training)
+        # Heads 2h and 2h + 1 are head h's two maps (timm's view(B, H, 2, N, N)).
+        differential = weights[:, 0::2] - self._lambda() * weights[:, 1::2]
+        out = ops.matmul(ops.cast(differential, v.dtype), v)
+        variance = ops.mean(ops.square(ops.cast(out, "float32")), axis=-1, keepdims=True)
+        out = ops.cast(ops.cast(out, "float32") * ops.rsqrt(variance + 1e-5), v.dtype)
+        out = out * ops.cast(self.sub_norm * (1 - self.lambda_init), v.dtype)
+        out = ops.reshape(ops.transpose(out, (0, 2, 1, 3)), (-1, num_tokens, self.hidden_dim))
+        if return_attention_scores:
+            return out, ops.cast(differential, v.dtype)
+        return out
+
+    def compute_output_spec(self, q, k, v, training=None, return_attention_scores=False):
+        return _output_spec(self, q, return_attention_scores)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "hidden_dim": self.hidden_dim,
+                "num_heads": self.num_heads,
+                "depth": self.depth,
+                "attention_dropout": self.attention_dropout,
+            }
+        )
+        return config
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class DifferentialAttention(keras.layers.Layer):
+    """Multi-head differential attention (timm's `DiffAttention`, `attn_layer="diff"`: the "wee"
+    ViTs): `qkv`, `DifferentialAttentionCore` (its weights under `diff`), `proj`.
+
+    Args:
+        hidden_dim, num_heads, attention_dropout, dropout, qkv_bias, proj_bias: as
+            `MultiHeadSelfAttention`'s.
+        depth: int, default 0. The block's index (`DifferentialAttentionCore`).
+    """
+
+    def __init__(
+        self,
+        hidden_dim,
+        num_heads,
+        attention_dropout=0.0,
+        dropout=0.0,
+        qkv_bias=True,
+        proj_bias=True,
+        depth=0,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        check_rate(dropout, "dropout")
+        # === Config ===
+        self.hidden_dim = hidden_dim
+        self.num_heads = num_heads
+        self.attention_dropout = attention_dropout
+        self.dropout = dropout
+        self.qkv_bias = bool(qkv_bias)
+        self.proj_bias = bool(proj_bias)
+        self.depth = int(depth)
+        self.rel_pos = None  # none: it takes no relative position bias
+
+        self.diff = DifferentialAttentionCore(
+            hidden_dim, num_heads, depth, attention_dropout, dtype=self.dtype_policy, name="diff"
+        )
+        self.qkv = keras.layers.Dense(
+            3 * hidden_dim,
+            use_bias=self.qkv_bias,
+            kernel_initializer=weight_initializer(),
+            dtype=self.dtype_policy,
+            name="qkv",
+        )
+        self.proj = keras.layers.Dense(
+            hidden_dim,
+            use_bias=self.proj_bias,
+            kernel_initializer=weight_initializer(),
+            dtype=self.dtype_policy,
+            name="proj",
+        )
+        self.dropout_layer = keras.layers.Dropout(dropout, dtype=self.dtype_policy, name="dropout")
+
+    def build(self, input_shape):
+        self.qkv.build(input_shape)
+        self.diff.build(input_shape)
+        self.proj.build(input_shape)
+
+    def call(self, x, training=None, return_attention_scores=False, position_bias=None):
+        if position_bias is not None:
+            raise ValueError("Differential attention takes no relative position bias.")
+        q, k, v = ops.split(self.qkv(x), 3, axis=-1)
+        out = self.diff(q, k, v, training=training, return_attention_scores=return_attention_scores)
+        out, scores = out if return_attention_scores else (out, None)
+        out = self.dropout_layer(self.proj(out), training=training)
+        return (out, scores) if return_attention_scores else out
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+    def compute_output_spec(self, x, training=None, return_attention_scores=False, position_bias=None):
+        return _output_spec(self, x, return_attention_scores)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "hidden_dim": self.hidden_dim,
+                "num_heads": self.num_heads,
+                "attention_dropout": self.attention_dropout,
+                "dropout": self.dropout,
+                "qkv_bias": self.qkv_bias,
+                "proj_bias": self.proj_bias,
+                "depth": self.depth,
             }
         )
         return config
@@ -465,6 +856,15 @@ class TransformerBlock(Block):
         mlp: str, default "mlp". The MLP's kind (timm's `mlp_layer`): "mlp" (fc1, activation,
             fc2), "swiglu" (`activation(fc1_g(x)) * fc1_x(x)`, fc2) or "swiglu_packed" (fc1's
             outputs halved into gate and value, fc2 on `mlp_dim / 2`).
+        position_bias: None or a dict of `RelativePositionBias`'s arguments: the attention's own
+            relative position bias (timm's `RelPosBlock`); a shared one is given to `call`.
+        attention: str, default "standard". The attention's kind (timm's `attn_layer`):
+            "standard" (`MultiHeadSelfAttention`) or "diff" (`DifferentialAttention`).
+        depth: int, default 0. The block's index, which differential attention reads.
+        scale_attention_norm: bool, default False. A LayerNorm on the attention's heads before its
+            output projection (BEiT-3's sub-LayerNorm; timm's `scale_attn_norm`).
+        scale_mlp_norm: bool, default False. A LayerNorm on the MLP's hidden units before `fc2`
+            (timm's `scale_mlp_norm`: `mlp_norm`).
     """
 
     def __init__(
@@ -481,12 +881,21 @@ class TransformerBlock(Block):
         proj_bias=True,
         activation="gelu",
         mlp="mlp",
+        position_bias=None,
+        attention="standard",
+        depth=0,
+        scale_attention_norm=False,
+        scale_mlp_norm=False,
         **kwargs,
     ):
         super().__init__(**kwargs)
         check_positive_int(mlp_dim, "mlp_dim")
         if mlp not in MLPS:
             raise ValueError(f"mlp must be one of {', '.join(map(repr, MLPS))}, got {mlp!r}.")
+        if attention not in ATTENTIONS:
+            raise ValueError(f"attention must be one of {_choices(ATTENTIONS)}, got {attention!r}.")
+        if attention == "diff" and (position_bias is not None or scale_attention_norm):
+            raise ValueError("Differential attention takes no relative position bias and no scale norm.")
         # === Config ===
         self.hidden_dim = hidden_dim
         self.num_heads = num_heads
@@ -500,6 +909,11 @@ class TransformerBlock(Block):
         self.proj_bias = bool(proj_bias)
         self.activation = activation
         self.mlp = mlp
+        self.position_bias = None if position_bias is None else dict(position_bias)
+        self.attention_kind = attention
+        self.depth = int(depth)
+        self.scale_attention_norm = bool(scale_attention_norm)
+        self.scale_mlp_norm = bool(scale_mlp_norm)
         self.mlp_part = MLPS[mlp]
         self.activation_function = activation_named(activation)
 
@@ -515,13 +929,14 @@ class TransformerBlock(Block):
 
         def layer_norm(name):
             return keras.layers.LayerNormalization(
-                epsilon=layer_norm_epsilon, dtype=self.dtype_policy, name=name
+                epsilon=layer_norm_epsilon,
+                gamma_initializer=self._norm_scale_initializer(),
+                dtype=self.dtype_policy,
+                name=name,
             )
 
         self.norm1 = layer_norm("norm1")
-        self.attention = MultiHeadSelfAttention(
-            hidden_dim,
-            num_heads,
+        common = dict(
             attention_dropout=attention_dropout,
             dropout=dropout,
             qkv_bias=qkv_bias,
@@ -529,6 +944,17 @@ class TransformerBlock(Block):
             dtype=self.dtype_policy,
             name="attention",
         )
+        if attention == "diff":
+            self.attention = DifferentialAttention(hidden_dim, num_heads, depth=self.depth, **common)
+        else:
+            self.attention = MultiHeadSelfAttention(
+                hidden_dim,
+                num_heads,
+                position_bias=position_bias,
+                scale_norm=self.scale_attention_norm,
+                layer_norm_epsilon=layer_norm_epsilon,
+                **common,
+            )
         self.drop_path1 = DropPath(drop_path_rate, dtype=self.dtype_policy, name="drop_path1")
         self.norm2 = layer_norm("norm2")
         widths, self.mlp_hidden_dim = self.mlp_part.widths(mlp_dim)
@@ -536,6 +962,11 @@ class TransformerBlock(Block):
         for name, units in zip(self.mlp_part.hidden_layers, widths, strict=True):
             setattr(self, name, dense(units, name, activation=fused))
         self.mlp_dropout1 = keras.layers.Dropout(dropout, dtype=self.dtype_policy, name="mlp_dropout1")
+        self.mlp_norm = None
+        if self.scale_mlp_norm:
+            self.mlp_norm = keras.layers.LayerNormalization(
+                epsilon=layer_norm_epsilon, dtype=self.dtype_policy, name="mlp_norm"
+            )
         self.fc2 = dense(hidden_dim, "fc2")
         self.mlp_dropout2 = keras.layers.Dropout(dropout, dtype=self.dtype_policy, name="mlp_dropout2")
         self.drop_path2 = DropPath(drop_path_rate, dtype=self.dtype_policy, name="drop_path2")
@@ -552,10 +983,20 @@ class TransformerBlock(Block):
         for layer in self.mlp_hidden_layers:
             layer.build(input_shape)
         self.fc2.build(tuple(input_shape[:-1]) + (self.mlp_hidden_dim,))
-        if self.layer_scale is not None:
+        if self.mlp_norm is not None:
+            self.mlp_norm.build(tuple(input_shape[:-1]) + (self.mlp_hidden_dim,))
+        if self.has_layer_scale:
             scale = keras.initializers.Constant(self.layer_scale)
             self.ls1 = self.add_weight(shape=(self.hidden_dim,), initializer=scale, name="ls1")
             self.ls2 = self.add_weight(shape=(self.hidden_dim,), initializer=scale, name="ls2")
+
+    @property
+    def has_layer_scale(self):
+        """Whether the block has LayerScale's `ls1` and `ls2`."""
+        return self.layer_scale is not None
+
+    def _norm_scale_initializer(self):
+        return "ones"
 
     @property
     def mlp_hidden_layers(self):
@@ -565,25 +1006,31 @@ class TransformerBlock(Block):
     def _mlp(self, x, training=None):
         hidden = [layer(x) for layer in self.mlp_hidden_layers]
         y = self.mlp_dropout1(self.mlp_part.hidden(hidden, self.activation_function), training=training)
+        if self.mlp_norm is not None:
+            y = self.mlp_norm(y)
         return self.mlp_dropout2(self.fc2(y), training=training)
 
     def _layer_scaled(self, branch, which):
         """`branch` times LayerScale's `ls1` or `ls2`, when the block has LayerScale."""
-        if self.layer_scale is None:
+        if not self.has_layer_scale:
             return branch
         return branch * ops.cast(getattr(self, which), branch.dtype)
 
-    def call(self, x, training=None, return_attention_scores=False):
+    def call(self, x, training=None, return_attention_scores=False, position_bias=None):
+        """`position_bias`: a shared relative position bias (`RelativePositionBias`' output)."""
         if return_attention_scores:  # inference only: nothing to recompute
-            return self._forward(x, training, return_attention_scores=True)
-        return self.forward_of(self._forward, x, training=training)
+            return self._forward(x, training, return_attention_scores=True, position_bias=position_bias)
+        return self.forward_of(self._forward, x, training=training, position_bias=position_bias)
 
-    def _forward(self, x, training=None, return_attention_scores=False):
+    def _attend(self, x, training, return_attention_scores, position_bias):
+        """The attention's output, and its weights when asked for (else None)."""
         attended = self.attention(
-            self.norm1(x), training=training, return_attention_scores=return_attention_scores
+            x, training=training, return_attention_scores=return_attention_scores, position_bias=position_bias
         )
-        if return_attention_scores:
-            attended, scores = attended
+        return attended if return_attention_scores else (attended, None)
+
+    def _forward(self, x, training=None, return_attention_scores=False, position_bias=None):
+        attended, scores = self._attend(self.norm1(x), training, return_attention_scores, position_bias)
         x = x + self.drop_path1(self._layer_scaled(attended, "ls1"), training=training)
         y = self._mlp(self.norm2(x), training=training)
         x = x + self.drop_path2(self._layer_scaled(y, "ls2"), training=training)
@@ -594,7 +1041,7 @@ class TransformerBlock(Block):
     def compute_output_shape(self, input_shape):
         return input_shape
 
-    def compute_output_spec(self, x, training=None, return_attention_scores=False):
+    def compute_output_spec(self, x, training=None, return_attention_scores=False, position_bias=None):
         return _output_spec(self, x, return_attention_scores)
 
     def get_config(self):
@@ -613,9 +1060,232 @@ class TransformerBlock(Block):
                 "proj_bias": self.proj_bias,
                 "activation": self.activation,
                 "mlp": self.mlp,
+                "position_bias": self.position_bias,
+                "attention": self.attention_kind,
+                "depth": self.depth,
+                "scale_attention_norm": self.scale_attention_norm,
+                "scale_mlp_norm": self.scale_mlp_norm,
             }
         )
         return config
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class ResPostBlock(TransformerBlock):
+    """A post-LayerNorm Transformer block (timm's `ResPostBlock` and `ResPostRelPosBlock`, the
+    "rpn" ViTs): `x + DropPath(LN(Attention(x)))`, then `x + DropPath(LN(MLP(x)))`.
+
+    It takes `TransformerBlock`'s arguments, with timm's meaning of `layer_scale` here: no
+    LayerScale weights, but the initial scale of both LayerNorms (timm's `init_values`).
+    """
+
+    @property
+    def has_layer_scale(self):
+        return False
+
+    def _norm_scale_initializer(self):
+        return "ones" if self.layer_scale is None else keras.initializers.Constant(self.layer_scale)
+
+    def _forward(self, x, training=None, return_attention_scores=False, position_bias=None):
+        attended, scores = self._attend(x, training, return_attention_scores, position_bias)
+        x = x + self.drop_path1(self.norm1(attended), training=training)
+        x = x + self.drop_path2(self.norm2(self._mlp(x, training=training)), training=training)
+        if return_attention_scores:
+            return x, scores
+        return x
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class ParallelScalingBlock(Block):
+    """Attention and MLP in parallel from one LayerNorm and one input projection (ViT-22B's,
+    timm's `ParallelScalingBlock`; with `attention="diff"`, its `DiffParallelScalingBlock`):
+    `x + DropPath(LayerScale(attn_out_proj(Attention(q, k, v)) + mlp_out_proj(act(h))))`, where
+    `in_proj(in_norm(x))` gives `h` (the MLP's hidden units, with `mlp_bias` when there is no
+    `qkv_bias`), then the queries, keys and values. Weights as timm's: `in_norm`, `in_proj`,
+    `mlp_bias`, `attn_out_proj`, `mlp_out_proj`, `ls`, and differential attention's under `diff`;
+    with differential attention one `out_proj` on both, concatenated (timm's
+    `DiffParallelScalingBlock` fuses them).
+
+    Args: `TransformerBlock`'s (`mlp` must be "mlp" and `position_bias` None, as timm's).
+    """
+
+    def __init__(
+        self,
+        hidden_dim,
+        num_heads,
+        mlp_dim,
+        dropout=0.0,
+        attention_dropout=0.0,
+        drop_path_rate=0.0,
+        layer_norm_epsilon=1e-6,
+        layer_scale=None,
+        qkv_bias=True,
+        proj_bias=True,
+        activation="gelu",
+        mlp="mlp",
+        position_bias=None,
+        attention="standard",
+        depth=0,
+        scale_attention_norm=False,
+        scale_mlp_norm=False,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        check_positive_int(hidden_dim, "hidden_dim")
+        check_positive_int(num_heads, "num_heads")
+        check_positive_int(mlp_dim, "mlp_dim")
+        if scale_attention_norm or scale_mlp_norm:
+            raise ValueError("A parallel block has no scale norms (timm's neither).")
+        if mlp != "mlp" or position_bias is not None:
+            raise ValueError("A parallel block has timm's plain MLP and no relative position bias.")
+        if attention not in ATTENTIONS:
+            raise ValueError(f"attention must be one of {_choices(ATTENTIONS)}, got {attention!r}.")
+        if hidden_dim % num_heads:
+            raise ValueError(f"num_heads={num_heads} does not divide hidden_dim={hidden_dim}.")
+        # === Config ===
+        self.hidden_dim = hidden_dim
+        self.num_heads = num_heads
+        self.mlp_dim = mlp_dim
+        self.dropout = dropout
+        self.attention_dropout = attention_dropout
+        self.drop_path_rate = drop_path_rate
+        self.layer_norm_epsilon = layer_norm_epsilon
+        self.layer_scale = None if layer_scale is None else float(layer_scale)
+        self.qkv_bias = bool(qkv_bias)
+        self.proj_bias = bool(proj_bias)
+        self.activation = activation
+        self.mlp = mlp
+        self.position_bias = None
+        self.attention_kind = attention
+        self.depth = int(depth)
+        self.activation_function = activation_named(activation)
+
+        self.head_dim = hidden_dim // num_heads
+        self.scale = self.head_dim**-0.5
+
+        def dense(units, name, use_bias):
+            return keras.layers.Dense(
+                units,
+                use_bias=use_bias,
+                kernel_initializer=weight_initializer(),
+                dtype=self.dtype_policy,
+                name=name,
+            )
+
+        self.in_norm = keras.layers.LayerNormalization(
+            epsilon=layer_norm_epsilon, dtype=self.dtype_policy, name="in_norm"
+        )
+        self.in_proj = dense(mlp_dim + 3 * hidden_dim, "in_proj", self.qkv_bias)
+        self.diff = None
+        if attention == "diff":
+            self.diff = DifferentialAttentionCore(
+                hidden_dim, num_heads, depth, attention_dropout, dtype=self.dtype_policy, name="diff"
+            )
+        self.attention_dropout_layer = keras.layers.Dropout(
+            attention_dropout, dtype=self.dtype_policy, name="attention_dropout"
+        )
+        self.mlp_dropout = keras.layers.Dropout(dropout, dtype=self.dtype_policy, name="mlp_dropout")
+        self.out_proj = self.attn_out_proj = self.mlp_out_proj = None
+        if self.diff is not None:
+            self.out_proj = dense(hidden_dim, "out_proj", self.proj_bias)
+        else:
+            self.attn_out_proj = dense(hidden_dim, "attn_out_proj", self.proj_bias)
+            self.mlp_out_proj = dense(hidden_dim, "mlp_out_proj", self.proj_bias)
+        self.drop_path = DropPath(drop_path_rate, dtype=self.dtype_policy, name="drop_path")
+
+    def build(self, input_shape):
+        self.in_norm.build(input_shape)
+        self.in_proj.build(input_shape)
+        if not self.qkv_bias:
+            self.mlp_bias = self.add_weight(shape=(self.mlp_dim,), initializer="zeros", name="mlp_bias")
+        if self.diff is not None:
+            self.diff.build(input_shape)
+        if self.out_proj is not None:
+            self.out_proj.build(tuple(input_shape[:-1]) + (self.hidden_dim + self.mlp_dim,))
+        else:
+            self.attn_out_proj.build(input_shape)
+            self.mlp_out_proj.build(tuple(input_shape[:-1]) + (self.mlp_dim,))
+        if self.layer_scale is not None:
+            scale = keras.initializers.Constant(self.layer_scale)
+            self.ls = self.add_weight(shape=(self.hidden_dim,), initializer=scale, name="ls")
+
+    def call(self, x, training=None, return_attention_scores=False, position_bias=None):
+        if return_attention_scores:
+            return self._forward(x, training, return_attention_scores=True)
+        return self.forward_of(self._forward, x, training=training)
+
+    def _attend(self, q, k, v, training, return_attention_scores):
+        if self.diff is not None:
+            out = self.diff(q, k, v, training=training, return_attention_scores=return_attention_scores)
+            return out if return_attention_scores else (out, None)
+        num_tokens = q.shape[1] if q.shape[1] is not None else ops.shape(q)[1]
+        if fused_attention_applies(self.attention_dropout, training, return_attention_scores):
+            return fused_attention(q, k, v, self.num_heads, self.scale), None
+
+        def heads(t):
+            t = ops.reshape(t, (-1, num_tokens, self.num_heads, self.head_dim))
+            return ops.transpose(t, (0, 2, 1, 3))
+
+        q, k, v = heads(q) * ops.cast(self.scale, q.dtype), heads(k), heads(v)
+        scores = ops.cast(ops.matmul(q, ops.transpose(k, (0, 1, 3, 2))), "float32")
+        weights = ops.cast(ops.softmax(scores, axis=-1), v.dtype)
+        out = ops.matmul(self.attention_dropout_layer(weights, training=training), v)
+        out = ops.reshape(ops.transpose(out, (0, 2, 1, 3)), (-1, num_tokens, self.hidden_dim))
+        return out, weights
+
+    def _forward(self, x, training=None, return_attention_scores=False):
+        projected = self.in_proj(self.in_norm(x))
+        m, d = self.mlp_dim, self.hidden_dim
+        hidden, q, k, v = ops.split(projected, [m, m + d, m + 2 * d], axis=-1)
+        if not self.qkv_bias:
+            hidden = hidden + ops.cast(self.mlp_bias, hidden.dtype)
+        attended, scores = self._attend(q, k, v, training, return_attention_scores)
+        hidden = self.mlp_dropout(self.activation_function(hidden), training=training)
+        if self.out_proj is not None:
+            y = self.out_proj(ops.concatenate([attended, hidden], axis=-1))
+        else:
+            y = self.attn_out_proj(attended) + self.mlp_out_proj(hidden)
+        if self.layer_scale is not None:
+            y = y * ops.cast(self.ls, y.dtype)
+        x = x + self.drop_path(y, training=training)
+        return (x, scores) if return_attention_scores else x
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+    def compute_output_spec(self, x, training=None, return_attention_scores=False, position_bias=None):
+        return _output_spec(self, x, return_attention_scores)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "hidden_dim": self.hidden_dim,
+                "num_heads": self.num_heads,
+                "mlp_dim": self.mlp_dim,
+                "dropout": self.dropout,
+                "attention_dropout": self.attention_dropout,
+                "drop_path_rate": self.drop_path_rate,
+                "layer_norm_epsilon": self.layer_norm_epsilon,
+                "layer_scale": self.layer_scale,
+                "qkv_bias": self.qkv_bias,
+                "proj_bias": self.proj_bias,
+                "activation": self.activation,
+                "mlp": self.mlp,
+                "position_bias": None,
+                "attention": self.attention_kind,
+                "depth": self.depth,
+                "scale_attention_norm": False,
+                "scale_mlp_norm": False,
+            }
+        )
+        return config
+
+
+# The block by its kind (`ViT(block=...)`, timm's `block_fn`).
+BLOCKS = {"pre_norm": TransformerBlock, "res_post": ResPostBlock, "parallel": ParallelScalingBlock}
+# Every kind of block, for the code that walks a ViT's blocks (features, attention maps).
+BLOCK_CLASSES = (TransformerBlock, ParallelScalingBlock)
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")

@@ -4,9 +4,16 @@ import keras
 
 from keras_vit.model.family_model import FamilyModel, normalized, set_signature
 from keras_vit.model.layers import weight_initializer
+from keras_vit.model.relative_position import resize_bias_table
 from keras_vit.model.vit import FAMILY
 from keras_vit.model.vit.architecture import Architecture, pair
-from keras_vit.model.vit.layers import AttentionPoolLatent, PatchEncoder, TokenPooling, TransformerBlock
+from keras_vit.model.vit.layers import (
+    BLOCKS,
+    AttentionPoolLatent,
+    PatchEncoder,
+    RelativePositionBias,
+    TokenPooling,
+)
 from keras_vit.model.vit.pos_embed import resample_position_embeddings
 
 
@@ -104,6 +111,36 @@ class ViT(FamilyModel):
             `"gelu_tanh"`, `"quick_gelu"` (OpenAI CLIP's) or `"silu"`.
         mlp: the MLP's kind (timm's `mlp_layer`): `"mlp"` (default), `"swiglu"` or
             `"swiglu_packed"` (DINOv2-g's); `mlp_dim` is timm's `hidden_features` for each.
+        block: the block's kind (timm's `block_fn`): `"pre_norm"` (default; timm's `Block`),
+            `"res_post"` (the LayerNorm after each branch, timm's `ResPostBlock`; `layer_scale` is
+            then the LayerNorms' initial scale, as timm's `init_values`) or `"parallel"`
+            (attention and MLP side by side from one input projection, ViT-22B's; timm's
+            `ParallelScalingBlock`).
+        attention: the attention's kind (timm's `attn_layer`): `"standard"` (default) or `"diff"`
+            (differential attention, timm's `DiffAttention`; in a parallel block, timm's
+            `DiffParallelScalingBlock`): the "wee" and "little" ViTs'.
+        position_bias: None (default: absolute position embeddings), `"mlp"` or `"table"`: a
+            relative position bias in every block's attention instead, timm's
+            `VisionTransformerRelPos` (its `rel_pos_type`: `RelPosMlp`, `RelPosBias`);
+            `RelativePositionBias` says what each is.
+        position_bias_dim: int, default 128. The width of the `"mlp"` bias' MLP (timm's
+            `rel_pos_dim`).
+        shared_position_bias: bool, default False. One relative position bias that every block
+            shares (timm's `shared_rel_pos`, the "srelpos" ViTs), not one per block.
+        stem: None (default: the patch projection of the pixels) or `"resnetv2"`: a hybrid ViT,
+            whose patch projection reads the feature map of timm's ResNetV2 (BiT's, with weight
+            standardisation and GroupNorm; timm's `HybridEmbed`), `ResNetV2Stem`. `patch_size`
+            is then in the feature map's cells (1 for the R26 and R50 hybrids).
+        stem_depths: list of ints, default (). The ResNetV2's stage depths (`[3, 4, 9]` for
+            R50+ViT-B/16); () is its stem alone.
+        scale_attention_norm: bool, default False. A LayerNorm on the attention's heads before
+            its output projection (BEiT-3's sub-LayerNorms; timm's `scale_attn_norm`).
+        scale_mlp_norm: bool, default False. A LayerNorm on the MLP's hidden units before `fc2`
+            (timm's `scale_mlp_norm`).
+        position_embedding_interpolation: how a checkpoint's position embeddings are resampled
+            to another patch grid, and `resize_model`'s: `"bicubic"` (default; timm's, antialiased),
+            `"bilinear"` (no antialiasing: timm's for FlexiViT and RADIO) or `"bilinear_aligned"`
+            (aligned corners too: RADIO-B/H v3's).
         distillation_token: bool, default False. DeiT's distilled layout: a second
             prefix token with its own head (`head_dist`); the model returns the mean of
             both heads' logits, as timm does at inference (`distilled_heads` gives each).
@@ -147,6 +184,9 @@ def _stem(images, arch, dtype):
         class_token=arch.class_token,
         register_tokens=arch.register_tokens,
         projection_bias=not arch.pre_norm,  # as timm: a LayerNorm follows, so no bias
+        position_embedding=arch.position_bias is None,
+        stem=arch.stem,
+        stem_depths=arch.stem_depths,
         dtype=dtype,
         name="patch_encoder",
     )
@@ -160,11 +200,31 @@ def _layer_norm(arch, dtype, name):
     return keras.layers.LayerNormalization(epsilon=arch.layer_norm_epsilon, dtype=dtype, name=name)
 
 
+def _position_bias(arch):
+    """`RelativePositionBias`' arguments but its heads, for a ViT with relative positions."""
+    if arch.position_bias is None:
+        return None
+    return dict(
+        kind=arch.position_bias,
+        grid_size=list(arch.grid_size),
+        num_prefix_tokens=arch.prefix_tokens,
+        hidden_dim=arch.position_bias_dim,
+    )
+
+
 def _blocks(tokens, arch, dtype):
     """The Transformer blocks, stochastic depth growing linearly to the last (as timm's
-    linspace(0, drop_path_rate, depth))."""
+    linspace(0, drop_path_rate, depth)); a relative position bias in each block's attention, or
+    one that all share, computed once before the first."""
+    position_bias = _position_bias(arch)
+    shared = None
+    if arch.shared_position_bias:
+        shared = RelativePositionBias(
+            num_heads=arch.num_heads, **position_bias, dtype=dtype, name="position_bias"
+        )(tokens)
+        position_bias = None
     for i in range(arch.depth):
-        tokens = TransformerBlock(
+        block = BLOCKS[arch.block](
             arch.hidden_dim,
             arch.num_heads,
             arch.mlp_dim,
@@ -177,9 +237,15 @@ def _blocks(tokens, arch, dtype):
             proj_bias=arch.proj_bias,
             activation=arch.activation,
             mlp=arch.mlp,
+            position_bias=position_bias,
+            attention=arch.attention,
+            depth=i,
+            scale_attention_norm=arch.scale_attention_norm,
+            scale_mlp_norm=arch.scale_mlp_norm,
             dtype=dtype,
             name=f"block_{i}",
-        )(tokens)
+        )
+        tokens = block(tokens) if shared is None else block(tokens, position_bias=shared)
     return tokens
 
 
@@ -235,25 +301,27 @@ def resize_model(model, image_size):
     """Returns a copy of `model` for another image size, with the same weights.
 
     The position embeddings are resampled to the new patch grid (bicubic,
-    [cls] kept), so a model trained at 224 runs or fine-tunes at 384.
+    [cls] kept), so a model trained at 224 runs or fine-tunes at 384; relative position bias
+    tables are resized as timm's `set_input_size` resizes them (an MLP bias fits any grid).
     """
     config = model.get_config()
     config["image_size"] = list(pair(image_size, "image_size"))
     resized = ViT.from_config(config)
+    old_grid = model.get_layer("patch_encoder").grid_size
+    new_grid = resized.get_layer("patch_encoder").grid_size
     for source, target in zip(model.layers, resized.layers, strict=True):
-        if isinstance(source, PatchEncoder):
-            # The projection and the prefix tokens as they are; the grid's embeddings resampled.
-            for source_weight, target_weight in zip(source.weights, target.weights, strict=True):
-                if source_weight is not source.position_embedding:
-                    target_weight.assign(source_weight)
-            target.position_embedding.assign(
-                resample_position_embeddings(
-                    keras.ops.convert_to_numpy(source.position_embedding),
-                    new_grid=target.grid_size,
-                    old_grid=source.grid_size,
+        for source_weight, target_weight in zip(source.weights, target.weights, strict=True):
+            value = keras.ops.convert_to_numpy(source_weight)
+            if isinstance(source, PatchEncoder) and source_weight is source.position_embedding:
+                value = resample_position_embeddings(
+                    value,
+                    new_grid,
+                    old_grid,
                     num_prefix_tokens=source.position_prefix_tokens,
+                    interpolation=model.architecture.position_embedding_interpolation,
                 )
-            )
-        else:
-            target.set_weights(source.get_weights())
+            elif source_weight.path.endswith("relative_position_bias_table"):
+                extra = value.shape[0] - (2 * old_grid[0] - 1) * (2 * old_grid[1] - 1)
+                value = resize_bias_table(value, new_grid, old_grid, extra_entries=extra)
+            target_weight.assign(value)
     return resized

@@ -3,8 +3,10 @@
 Matches timm's `resample_abs_pos_embed` (bicubic, antialias=True), which
 calls PyTorch's antialiased bicubic interpolation: the PIL filter, a cubic
 kernel with a = -0.5, widened when shrinking, with weights renormalised at
-the borders. It is written in NumPy so that loading weights needs neither
-PyTorch nor a TensorFlow graph.
+the borders. FlexiViT's and RADIO's checkpoints are resampled as timm resamples
+them instead: bilinear without antialiasing ("bilinear"), RADIO-B/H v3's with
+aligned corners ("bilinear_aligned"). It is written in NumPy so that loading
+weights needs neither PyTorch nor a TensorFlow graph.
 """
 
 import math
@@ -38,20 +40,45 @@ def _resize_matrix(in_size, out_size):
     return matrix
 
 
-def resize_grid(grid, new_size):
+def _linear_matrix(in_size, out_size, align_corners=False):
+    """The (out_size, in_size) matrix of PyTorch's 1-D linear interpolation (no antialiasing)."""
+    matrix = np.zeros((out_size, in_size), dtype=np.float64)
+    for i in range(out_size):
+        if align_corners:
+            source = i * (in_size - 1) / (out_size - 1) if out_size > 1 else 0.0
+        else:
+            source = max((i + 0.5) * in_size / out_size - 0.5, 0.0)
+        low = min(int(np.floor(source)), in_size - 1)
+        high = min(low + 1, in_size - 1)
+        weight = source - low
+        matrix[i, low] += 1.0 - weight
+        matrix[i, high] += weight
+    return matrix
+
+
+def _matrix(in_size, out_size, interpolation):
+    if interpolation == "bicubic":
+        return _resize_matrix(in_size, out_size)
+    return _linear_matrix(in_size, out_size, align_corners=interpolation == "bilinear_aligned")
+
+
+def resize_grid(grid, new_size, interpolation="bicubic"):
     """Resizes a (rows, cols, channels) array to new_size = (rows, cols)."""
-    rows = _resize_matrix(grid.shape[0], new_size[0])
-    cols = _resize_matrix(grid.shape[1], new_size[1])
+    rows = _matrix(grid.shape[0], new_size[0], interpolation)
+    cols = _matrix(grid.shape[1], new_size[1], interpolation)
     out = np.einsum("ir,rcd->icd", rows, grid.astype(np.float64))
     out = np.einsum("jc,icd->ijd", cols, out)
     return out.astype(grid.dtype)
 
 
-def resample_position_embeddings(pos_embed, new_grid, old_grid=None, num_prefix_tokens=1):
+def resample_position_embeddings(
+    pos_embed, new_grid, old_grid=None, num_prefix_tokens=1, interpolation="bicubic"
+):
     """Resamples `(1, prefix + rows * cols, dim)` position embeddings to `new_grid`.
 
     The prefix ([cls]) embeddings are kept; the grid part is resized with
-    antialiased bicubic interpolation. `old_grid` defaults to a square grid.
+    antialiased bicubic interpolation, or `interpolation` ("bilinear", "bilinear_aligned").
+    `old_grid` defaults to a square grid.
     """
     pos_embed = np.asarray(pos_embed)
     if pos_embed.ndim != 3 or pos_embed.shape[0] != 1:
@@ -69,5 +96,5 @@ def resample_position_embeddings(pos_embed, new_grid, old_grid=None, num_prefix_
     old_grid, new_grid = tuple(old_grid), tuple(new_grid)
     if old_grid == new_grid:
         return pos_embed
-    grid = resize_grid(grid.reshape(old_grid + (-1,)), new_grid)
+    grid = resize_grid(grid.reshape(old_grid + (-1,)), new_grid, interpolation)
     return np.concatenate([prefix, grid.reshape(1, -1, grid.shape[-1])], axis=1)

@@ -28,6 +28,8 @@ SAME = {
     "drop_rate": "dropout",
     "attn_drop_rate": "attention_dropout",
     "drop_path_rate": "drop_path_rate",
+    "scale_attn_norm": "scale_attention_norm",
+    "scale_mlp_norm": "scale_mlp_norm",
 }
 # Those read through a rule (`from_timm`). `num_classes` is the config's own; `dynamic_img_size`
 # changes nothing at the model's own size, and keras-vit resizes a model (`resize_model`) rather
@@ -44,6 +46,12 @@ RULED = (
     "num_classes",
     "dynamic_img_size",
     "distilled",
+    "block_fn",
+    "rel_pos_type",
+    "rel_pos_dim",
+    "shared_rel_pos",
+    "embed_layer",
+    "attn_layer",
 )
 POOLINGS = {"token": "token", "avg": "gap", "map": "map", "": "none"}
 ACTIVATIONS = {
@@ -54,6 +62,24 @@ ACTIVATIONS = {
     "swish": "silu",
 }
 MLPS = ("mlp", "swiglu", "swiglu_packed")
+# timm's blocks by their class names (`block_fn`): `VisionTransformer`'s and
+# `VisionTransformerRelPos`' (the same blocks, with a relative position bias in the attention).
+BLOCK_FNS = {
+    "Block": "pre_norm",
+    "RelPosBlock": "pre_norm",
+    "ResPostBlock": "res_post",
+    "ResPostRelPosBlock": "res_post",
+    "ParallelScalingBlock": "parallel",
+    "DiffParallelScalingBlock": "parallel",
+}
+# timm's `attn_layer` by name: its `Attention` (None, "attn") or `DiffAttention` ("diff").
+ATTN_LAYERS = {None: "standard", "attn": "standard", "diff": "diff"}
+# timm's `rel_pos_type` of `VisionTransformerRelPos`: "mlp" is `RelPosMlp` (its "cr" mode), any
+# other name not starting with "mlp" `RelPosBias`; None is `VisionTransformer`'s absolute
+# position embeddings (entry points of `vision_transformer_relpos` always name theirs).
+TIMM_POSITION_BIASES = {None: None, "mlp": "mlp", "bias": "table"}
+# timm's `RelPosMlp` width when `rel_pos_dim` is None.
+REL_POS_DIM = 128
 # timm's LayerNorm (`timm.layers.LayerNorm`), its ViT's default norm_layer.
 LAYER_NORM_EPS = 1e-6
 # timm's defaults, for the keyword arguments an entry point leaves out.
@@ -82,6 +108,14 @@ DEFAULTS = {
     "drop_rate": 0.0,
     "attn_drop_rate": 0.0,
     "drop_path_rate": 0.0,
+    "scale_attn_norm": False,
+    "scale_mlp_norm": False,
+    "block_fn": "Block",
+    "rel_pos_type": None,
+    "rel_pos_dim": None,
+    "shared_rel_pos": False,
+    "embed_layer": None,
+    "attn_layer": None,
 }
 
 
@@ -116,7 +150,39 @@ def from_timm(kwargs, source):
     arguments["activation"] = _choice(kwargs, "act_layer", ACTIVATIONS, source)
     arguments["mlp"] = _choice(kwargs, "mlp_layer", {name: name for name in MLPS}, source)
     arguments["layer_norm_epsilon"] = _layer_norm_eps(kwargs["norm_layer"], source)
+    arguments["block"] = _choice(kwargs, "block_fn", BLOCK_FNS, source)
+    arguments["attention"] = _choice(kwargs, "attn_layer", ATTN_LAYERS, source)
+    if kwargs["block_fn"] == "DiffParallelScalingBlock":  # its own attention, whatever attn_layer says
+        arguments["attention"] = "diff"
+    arguments["position_bias"] = _position_bias(kwargs["rel_pos_type"], source)
+    arguments["position_bias_dim"] = kwargs["rel_pos_dim"] or REL_POS_DIM
+    arguments["shared_position_bias"] = bool(kwargs["shared_rel_pos"])
+    arguments["stem"], arguments["stem_depths"] = _stem(kwargs["embed_layer"], source)
     return arguments
+
+
+def _stem(embed_layer, source):
+    """(stem, stem_depths) of timm's `embed_layer`: None (its `PatchEmbed`), or a `HybridEmbed` over
+    a ResNetV2, written `{"name": "HybridEmbed", "backbone": "resnetv2", "depths": [...]}`."""
+    if embed_layer is None:
+        return None, []
+    backbone = embed_layer.get("backbone") if isinstance(embed_layer, dict) else None
+    if backbone == "resnetv2":
+        return backbone, list(embed_layer.get("depths", []))
+    if backbone == "ConvStem" and embed_layer.get("proj") is False:  # MobileCLIP's
+        return "convstem", []
+    raise NotBuildable(
+        f"{source} takes embed_layer={embed_layer!r}; keras-vit has timm's ResNetV2 and MobileCLIP's "
+        f"ConvStem."
+    )
+
+
+def _position_bias(rel_pos_type, source):
+    if rel_pos_type is None or rel_pos_type == "mlp":
+        return rel_pos_type
+    if rel_pos_type.startswith("mlp"):
+        raise NotBuildable(f"{source} takes rel_pos_type={rel_pos_type!r}; keras-vit has 'mlp' and 'bias'.")
+    return "table"
 
 
 def timm_kwargs(arguments):
@@ -136,8 +202,30 @@ def timm_kwargs(arguments):
         act_layer=arch.activation,
         mlp_layer=arch.mlp,
         norm_layer={"name": "layernorm", "eps": arch.layer_norm_epsilon},
+        block_fn=_block_fn(arch),
+        rel_pos_type={ours: timm for timm, ours in TIMM_POSITION_BIASES.items()}[arch.position_bias],
+        rel_pos_dim=arch.position_bias_dim,
+        shared_rel_pos=arch.shared_position_bias,
+        embed_layer=_embed_layer(arch),
+        attn_layer="diff" if arch.attention == "diff" and arch.block != "parallel" else None,
     )
     return kwargs
+
+
+def _embed_layer(arch):
+    if arch.stem is None:
+        return None
+    if arch.stem == "convstem":
+        return {"name": "HybridEmbed", "backbone": "ConvStem", "proj": False}
+    return {"name": "HybridEmbed", "backbone": arch.stem, "depths": list(arch.stem_depths)}
+
+
+def _block_fn(arch):
+    """timm's block class of a ViT: `VisionTransformerRelPos`' with a relative position bias."""
+    if arch.block == "parallel":
+        return "DiffParallelScalingBlock" if arch.attention == "diff" else "ParallelScalingBlock"
+    relative = "RelPos" if arch.position_bias else ""
+    return {"pre_norm": f"{relative}Block", "res_post": f"ResPost{relative}Block"}[arch.block]
 
 
 def _pair(size):

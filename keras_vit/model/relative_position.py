@@ -1,14 +1,52 @@
-"""Resizing a relative-position bias table to another window, as timm's
-`resize_rel_pos_bias_table` does by default (its own linear interpolation on BEiT's geometric
-grid, not scipy's): a checkpoint trained with one window fine-tunes or runs with another."""
+"""Relative positions on a grid of tokens, in NumPy, as timm computes them: the index of each pair
+of tokens into a bias table (`relative_position_index`), the log-spaced coordinates timm's
+`RelPosMlp` reads (`relative_log_coords`), and the resizing of a bias table to another window, as
+timm's `resize_rel_pos_bias_table` does by default (its own linear interpolation on BEiT's
+geometric grid, not scipy's): a checkpoint trained with one window fine-tunes or runs with
+another. Shared by the Swin's window attention and the ViT's relative position biases."""
 
 import numpy as np
 
 
-def resize_bias_table(table, new_window, old_window=None):
+def relative_position_index(window, class_token=False):
+    """`(N, N)` indices into the `(2h - 1)(2w - 1)` bias table, for the N = h * w tokens of a
+    window (timm's `gen_relative_position_index`). With `class_token`, one more token first, as
+    BEiT's: its row, its column and its own pair index the table's last three entries."""
+    h, w = window
+    coords = np.stack(np.meshgrid(np.arange(h), np.arange(w), indexing="ij")).reshape(2, -1)
+    relative = (coords[:, :, None] - coords[:, None, :]).transpose(1, 2, 0)
+    relative[:, :, 0] += h - 1
+    relative[:, :, 1] += w - 1
+    relative[:, :, 0] *= 2 * w - 1
+    index = relative.sum(-1)
+    if class_token:
+        distances = (2 * h - 1) * (2 * w - 1)
+        index = np.pad(index, ((1, 0), (1, 0)))
+        index[0, :] = distances
+        index[:, 0] = distances + 1
+        index[0, 0] = distances + 2
+    return index.astype("int32")
+
+
+def relative_log_coords(window):
+    """`(2h - 1, 2w - 1, 2)`: each relative offset `(dy, dx)` as `sign(d) log(1 + |d|)` (timm's
+    `gen_relative_log_coords`, its "cr" mode, in float32 as timm's)."""
+    h, w = window
+    rows, cols = np.meshgrid(
+        np.arange(-(h - 1), h, dtype=np.float32), np.arange(-(w - 1), w, dtype=np.float32), indexing="ij"
+    )
+    coords = np.stack([rows, cols], axis=-1)
+    return (np.sign(coords) * np.log1p(np.abs(coords))).astype(np.float32)
+
+
+def resize_bias_table(table, new_window, old_window=None, extra_entries=0):
     """`table` ((2h - 1)(2w - 1), heads) for `old_window` (by default the square its size
-    implies) resampled for `new_window` (h, w)."""
+    implies) resampled for `new_window` (h, w). Its last `extra_entries` rows (a [cls] token's,
+    `relative_position_index(class_token=True)`) are kept as they are."""
     table = np.asarray(table, dtype=np.float32)
+    if extra_entries:
+        resized = resize_bias_table(table[:-extra_entries], new_window, old_window)
+        return np.concatenate([resized, table[-extra_entries:]], axis=0)
     new_size = (2 * new_window[0] - 1, 2 * new_window[1] - 1)
     if old_window is not None:
         old_size = (2 * old_window[0] - 1, 2 * old_window[1] - 1)
