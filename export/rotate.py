@@ -1,0 +1,210 @@
+"""The residual stream rotated offline: a ViT rewritten, weights only, so that 8-bit activations
+can hold it (issue 49).
+
+A real ViT's residual stream carries outlier channels (timm's ViT-Ti: one at -585 from block 7 on,
+the others within +-40), which no per-tensor int8 scale holds. Two exact rewrites of a copy of
+the model remove them before quantisation, and leave the float graph's probabilities unchanged:
+
+- Computational invariance (SliceGPT, Ashkboos et al., ICLR 2024). Every LayerNorm's scale and
+  shift are folded into the Dense layers that read it (QKV, the MLP's first layer, the head), and
+  every write to the residual stream is made mean-free (the patch projection, the prefix tokens,
+  the position embeddings, attention's output projection and the MLP's second layer, LayerScale
+  folded in first). LayerNorm(x) = LayerNorm(x - mean(x)), so the readers see what they saw; the
+  stream itself is now mean-free, and each LayerNorm only divides by the root mean square.
+- Rotation (QuaRot, Ashkboos et al., NeurIPS 2024; SpinQuant, Liu et al., 2025). One orthogonal
+  `Q` multiplies every writer on the right and every reader on the left (`Q.T`), so the stream
+  is `x @ Q`: an outlier channel is spread over all channels. `Q` keeps the mean-free subspace
+  (`Q @ 1 = 1`, `rotation`), so the LayerNorm ops stay exact as they are: the rewritten model is
+  the same `ViT`, with other weights, and converts like the original.
+
+`rotated_copy` makes the rewritten model; the user's model (and `model.keras`) is not touched.
+"""
+
+import numpy as np
+
+from keras_vit.model.vit.model import ViT
+
+
+class UnsupportedModelError(ValueError):
+    """A ViT whose residual stream the rewrite does not cover (named)."""
+
+
+def _sylvester(order):
+    matrix = np.ones((1, 1))
+    while matrix.shape[0] < order:
+        matrix = np.block([[matrix, matrix], [matrix, -matrix]])
+    return matrix
+
+
+def _is_prime(number):
+    return number > 1 and all(number % k for k in range(2, int(number**0.5) + 1))
+
+
+def _paley(order):
+    """Paley's first construction, a Hadamard matrix of order q + 1 for a prime q = 3 mod 4
+    (12, 20, 24, 32, 44, ...): I + S, with S the skew matrix bordering q's Jacobsthal matrix."""
+    q = order - 1
+    squares = {(k * k) % q for k in range(1, q)}
+    jacobsthal = np.array(
+        [[0 if i == j else (1 if (j - i) % q in squares else -1) for j in range(q)] for i in range(q)]
+    )
+    skew = np.zeros((order, order))
+    skew[0, 1:], skew[1:, 0], skew[1:, 1:] = 1, -1, jacobsthal
+    return np.eye(order) + skew
+
+
+def hadamard(n):
+    """An orthonormal `(n, n)` Hadamard matrix (entries +-1/sqrt(n)) whose first row is constant,
+    or None where none is built: the Kronecker product of Sylvester's (a power of two) and
+    Paley's (a prime q = 3 mod 4, order q + 1) when `n` is one times the other. ViT widths are:
+    192 = 12 x 16, 384 = 12 x 32, 768 = 12 x 64, and every power of two."""
+    two = n & -n  # the largest power of two dividing n
+    while two >= 1:
+        paley = n // two
+        if paley == 1:
+            matrix = _sylvester(n)
+            break
+        if paley % 4 == 0 and _is_prime(paley - 1):
+            matrix = np.kron(_paley(paley), _sylvester(two))
+            break
+        two //= 2
+    else:
+        return None
+    matrix = matrix * np.sign(matrix[0])  # columns signed so the first row is all +1
+    assert np.allclose(matrix @ matrix.T, n * np.eye(n))
+    return matrix / np.sqrt(n)
+
+
+def rotation(n, seed=0):
+    """An orthogonal, symmetric `(n, n)` Q with `Q @ 1 = 1`: `H.T @ diag(1, s) @ H`, `H` an
+    orthonormal matrix whose first row is constant (`hadamard(n)`, else a random orthogonal one)
+    and `s` random signs. Its first eigenvector is the constant vector, so mean-free rows stay
+    mean-free (the LayerNorms stay exact), and with a Hadamard `H` each entry off the
+    constant direction is a sum of n random signs over n: an outlier channel lands on every
+    channel with magnitude about 1/sqrt(n) of its own."""
+    rng = np.random.default_rng(seed)
+    basis = hadamard(n)
+    if basis is None:
+        start = rng.standard_normal((n, n))
+        start[:, 0] = 1.0
+        basis, _ = np.linalg.qr(start)
+        basis = (basis * np.sign(basis[0, 0])).T  # first row: +1/sqrt(n)
+    signs = np.concatenate([[1.0], rng.choice([-1.0, 1.0], n - 1)])
+    return basis.T @ (signs[:, None] * basis)
+
+
+def _check(model):
+    """Raises `UnsupportedModelError` for the ViTs whose stream the rewrite does not cover."""
+    if not isinstance(model, ViT):
+        raise UnsupportedModelError(f"The rotation rewrites keras-vit ViTs; got {type(model).__name__}.")
+    reasons = {
+        "pre_norm": "a LayerNorm before the blocks (CLIP's pre_norm)",
+        "map": "attention pooling (MAP)",
+        "no final_norm": "no final LayerNorm (the head would read the stream itself)",
+        "no qkv_bias": "no QKV bias to take the first LayerNorm's shift",
+        "no proj_bias": "no MLP bias to take the second LayerNorm's shift",
+        "mlp": "a gated MLP",
+        "include_top": "no classifier head",
+    }
+    found = {
+        "pre_norm": model.pre_norm,
+        "map": model.pooling == "map",
+        "no final_norm": not model.final_norm,
+        "no qkv_bias": not model.qkv_bias,
+        "no proj_bias": not model.proj_bias,
+        "mlp": model.mlp != "mlp",
+        "include_top": not model.include_top,
+    }
+    unsupported = [reasons[key] for key, present in found.items() if present]
+    if unsupported:
+        raise UnsupportedModelError(f"The rotation does not cover a ViT with {'; '.join(unsupported)}.")
+
+
+class _Weights:
+    """The copy's weights by path, in float64, written back at the end."""
+
+    def __init__(self, model):
+        self.variables = {variable.path: variable for variable in model.weights}
+        self.values = {path: np.asarray(v.numpy(), np.float64) for path, v in self.variables.items()}
+
+    def __getitem__(self, path):
+        return self.values[path]
+
+    def __setitem__(self, path, value):
+        assert value.shape == self.values[path].shape, path
+        self.values[path] = value
+
+    def __contains__(self, path):
+        return path in self.values
+
+    def write(self):
+        for path, variable in self.variables.items():
+            variable.assign(self.values[path].astype(variable.dtype))
+
+
+def _write(weights, path, rotate):
+    """A writer of the stream (its last axis the stream's channels): mean-free, then rotated."""
+    if path in weights:
+        value = weights[path]
+        weights[path] = (value - value.mean(axis=-1, keepdims=True)) @ rotate
+
+
+def _read(weights, norm, dense, rotate):
+    """`dense` reads LayerNorm `norm`'s output: the norm's scale and shift go into its kernel and
+    bias, the rotation's inverse into its kernel; the norm keeps scale 1 and shift 0."""
+    gamma, beta = weights[f"{norm}/gamma"], weights[f"{norm}/beta"]
+    kernel = weights[f"{dense}/kernel"]
+    weights[f"{dense}/bias"] = weights[f"{dense}/bias"] + beta @ kernel
+    weights[f"{dense}/kernel"] = rotate.T @ (gamma[:, None] * kernel)
+
+
+def _fold_layer_scale(weights, block, which, writer):
+    path = f"{block}/{which}"
+    if path in weights:
+        weights[f"{writer}/kernel"] = weights[f"{writer}/kernel"] * weights[path]
+        weights[f"{writer}/bias"] = weights[f"{writer}/bias"] * weights[path]
+        weights[path] = np.ones_like(weights[path])
+
+
+def rotated_copy(model, seed=0, rotate=None):
+    """A copy of the ViT `model` with its residual stream mean-free and rotated (this module's
+    docstring): the same probabilities in float, to float32 rounding, from other weights.
+
+    Args:
+        model: a keras-vit `ViT` with a head; it is not changed.
+        seed: the seed of the rotation's random signs (`rotation`).
+        rotate: an orthogonal `(hidden_dim, hidden_dim)` matrix with `rotate @ 1 = 1` to use
+            instead; the identity gives computational invariance alone.
+
+    Raises:
+        UnsupportedModelError: a ViT the rewrite does not cover (CLIP's pre_norm, MAP pooling,
+            no final LayerNorm, no QKV or MLP bias, a gated MLP, no head).
+    """
+    _check(model)
+    copy = ViT.from_config(model.get_config())
+    copy.set_weights(model.get_weights())
+    rotate = rotation(model.hidden_dim, seed) if rotate is None else np.asarray(rotate, np.float64)
+    weights = _Weights(copy)
+    for writer in ("projection/kernel", "projection/bias", "cls_token", "dist_token", "reg_token"):
+        _write(weights, f"patch_encoder/{writer}", rotate)
+    _write(weights, "patch_encoder/position_embedding", rotate)
+    for i in range(model.depth):
+        block = f"block_{i}"
+        _read(weights, f"{block}/norm1", f"{block}/attention/qkv", rotate)
+        _read(weights, f"{block}/norm2", f"{block}/fc1", rotate)
+        for which, writer in (("ls1", f"{block}/attention/proj"), ("ls2", f"{block}/fc2")):
+            _fold_layer_scale(weights, block, which, writer)
+            _write(weights, f"{writer}/kernel", rotate)
+            _write(weights, f"{writer}/bias", rotate)
+        for norm in ("norm1", "norm2"):
+            weights[f"{block}/{norm}/gamma"] = np.ones(model.hidden_dim)
+            weights[f"{block}/{norm}/beta"] = np.zeros(model.hidden_dim)
+    for head in ("pre_logits", "head", "head_dist"):
+        if f"{head}/kernel" in weights:
+            _read(weights, "norm", head, rotate)
+            if head == "pre_logits":
+                break  # the heads read pre_logits' output, not the stream
+    weights["norm/gamma"] = np.ones(model.hidden_dim)
+    weights["norm/beta"] = np.zeros(model.hidden_dim)
+    weights.write()
+    return copy
