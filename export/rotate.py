@@ -13,16 +13,29 @@ the model remove them before quantisation, and leave the float graph's probabili
   stream itself is now mean-free, and each LayerNorm only divides by the root mean square.
 - Rotation (QuaRot, Ashkboos et al., NeurIPS 2024; SpinQuant, Liu et al., 2025). One orthogonal
   `Q` multiplies every writer on the right and every reader on the left (`Q.T`), so the stream
-  is `x @ Q`: an outlier channel is spread over all channels. `Q` keeps the mean-free subspace
-  (`Q @ 1 = 1`, `rotation`), so the LayerNorm ops stay exact as they are: the rewritten model is
-  the same `ViT`, with other weights, and converts like the original.
+  is `x @ Q`: an outlier channel is spread over all channels. RMSNorm is invariant under `Q`, so
+  every LayerNorm becomes an RMSNorm without affine (`RMSNorm`, by default), or, with a `Q` that
+  keeps the mean-free subspace (`rotation(keep_mean=True)`), stays the LayerNorm it was.
 
 `rotated_copy` makes the rewritten model; the user's model (and `model.keras`) is not touched.
 """
 
+import keras
 import numpy as np
 
 from keras_vit.model.vit.model import ViT
+
+NORMS = ("rms", "layer")
+
+
+class RMSNorm(keras.layers.LayerNormalization):
+    """`x / sqrt(mean(x ** 2) + epsilon)` on the last axis, no scale or shift: what a LayerNorm of
+    a mean-free input with scale 1 and shift 0 computes, without its mean. `rotated_copy` turns
+    the copy's LayerNorms into this class (their weights, 1 and 0, are kept and not read)."""
+
+    def call(self, inputs):
+        square_mean = keras.ops.mean(keras.ops.square(inputs), axis=-1, keepdims=True)
+        return inputs * keras.ops.rsqrt(square_mean + self.epsilon)
 
 
 class UnsupportedModelError(ValueError):
@@ -75,13 +88,17 @@ def hadamard(n):
     return matrix / np.sqrt(n)
 
 
-def rotation(n, seed=0):
-    """An orthogonal, symmetric `(n, n)` Q with `Q @ 1 = 1`: `H.T @ diag(1, s) @ H`, `H` an
-    orthonormal matrix whose first row is constant (`hadamard(n)`, else a random orthogonal one)
-    and `s` random signs. Its first eigenvector is the constant vector, so mean-free rows stay
-    mean-free (the LayerNorms stay exact), and with a Hadamard `H` each entry off the
-    constant direction is a sum of n random signs over n: an outlier channel lands on every
-    channel with magnitude about 1/sqrt(n) of its own."""
+def rotation(n, seed=0, keep_mean=False):
+    """A random orthogonal `(n, n)` Q built on `hadamard(n)` (where there is none, on a random
+    orthogonal matrix with a constant first row), `s` random signs:
+
+    - `keep_mean=False`: `diag(s) @ H`, QuaRot's randomised Hadamard. Every row is flat (+-1/sqrt(n)
+      with a Hadamard): an outlier channel lands on every channel at 1/sqrt(n) of its size. The
+      rotated stream is no longer mean-free, so its LayerNorms become RMSNorms (`rotated_copy`).
+    - `keep_mean=True`: `H.T @ diag(1, s[1:]) @ H`, symmetric, with `Q @ 1 = 1`: mean-free rows stay
+      mean-free and the LayerNorms stay exact as they are; but its rows are not flat (each entry
+      a sum of n random signs over n), so an outlier lands at up to about 3/sqrt(n) of its size.
+    """
     rng = np.random.default_rng(seed)
     basis = hadamard(n)
     if basis is None:
@@ -89,7 +106,10 @@ def rotation(n, seed=0):
         start[:, 0] = 1.0
         basis, _ = np.linalg.qr(start)
         basis = (basis * np.sign(basis[0, 0])).T  # first row: +1/sqrt(n)
-    signs = np.concatenate([[1.0], rng.choice([-1.0, 1.0], n - 1)])
+    signs = rng.choice([-1.0, 1.0], n)
+    if not keep_mean:
+        return signs[:, None] * basis
+    signs[0] = 1.0
     return basis.T @ (signs[:, None] * basis)
 
 
@@ -166,24 +186,34 @@ def _fold_layer_scale(weights, block, which, writer):
         weights[path] = np.ones_like(weights[path])
 
 
-def rotated_copy(model, seed=0, rotate=None):
+def rotated_copy(model, seed=0, rotate=None, norm="rms"):
     """A copy of the ViT `model` with its residual stream mean-free and rotated (this module's
     docstring): the same probabilities in float, to float32 rounding, from other weights.
 
     Args:
         model: a keras-vit `ViT` with a head; it is not changed.
         seed: the seed of the rotation's random signs (`rotation`).
-        rotate: an orthogonal `(hidden_dim, hidden_dim)` matrix with `rotate @ 1 = 1` to use
-            instead; the identity gives computational invariance alone.
+        rotate: an orthogonal `(hidden_dim, hidden_dim)` matrix to use instead (with
+            `norm="layer"`, one with `rotate @ 1 = 1`); the identity gives computational
+            invariance alone.
+        norm: `"rms"`: a randomised Hadamard (`rotation`), the LayerNorms become `RMSNorm`s;
+            `"layer"`: a rotation that keeps the mean (`rotation(keep_mean=True)`), the
+            LayerNorms stay.
 
     Raises:
         UnsupportedModelError: a ViT the rewrite does not cover (CLIP's pre_norm, MAP pooling,
             no final LayerNorm, no QKV or MLP bias, a gated MLP, no head).
     """
     _check(model)
+    if norm not in NORMS:
+        raise ValueError(f"Unknown norm {norm!r}; choose from {', '.join(NORMS)}.")
+    if rotate is None:
+        rotate = rotation(model.hidden_dim, seed, keep_mean=norm == "layer")
+    rotate = np.asarray(rotate, np.float64)
+    if norm == "layer" and not np.allclose(rotate @ np.ones(len(rotate)), 1.0, atol=1e-9):
+        raise ValueError("With norm='layer' the rotation must keep the mean: rotate @ 1 = 1.")
     copy = ViT.from_config(model.get_config())
     copy.set_weights(model.get_weights())
-    rotate = rotation(model.hidden_dim, seed) if rotate is None else np.asarray(rotate, np.float64)
     weights = _Weights(copy)
     for writer in ("projection/kernel", "projection/bias", "cls_token", "dist_token", "reg_token"):
         _write(weights, f"patch_encoder/{writer}", rotate)
@@ -196,9 +226,9 @@ def rotated_copy(model, seed=0, rotate=None):
             _fold_layer_scale(weights, block, which, writer)
             _write(weights, f"{writer}/kernel", rotate)
             _write(weights, f"{writer}/bias", rotate)
-        for norm in ("norm1", "norm2"):
-            weights[f"{block}/{norm}/gamma"] = np.ones(model.hidden_dim)
-            weights[f"{block}/{norm}/beta"] = np.zeros(model.hidden_dim)
+        for name in ("norm1", "norm2"):
+            weights[f"{block}/{name}/gamma"] = np.ones(model.hidden_dim)
+            weights[f"{block}/{name}/beta"] = np.zeros(model.hidden_dim)
     for head in ("pre_logits", "head", "head_dist"):
         if f"{head}/kernel" in weights:
             _read(weights, "norm", head, rotate)
@@ -207,4 +237,14 @@ def rotated_copy(model, seed=0, rotate=None):
     weights["norm/gamma"] = np.ones(model.hidden_dim)
     weights["norm/beta"] = np.zeros(model.hidden_dim)
     weights.write()
+    if norm == "rms":
+        for layer in _layer_norms(copy):
+            layer.__class__ = RMSNorm
     return copy
+
+
+def _layer_norms(model):
+    found = [model.get_layer("norm")]
+    for block in model.blocks:
+        found += [block.norm1, block.norm2]
+    return found
