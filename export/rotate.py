@@ -25,17 +25,31 @@ import numpy as np
 
 from keras_vit.model.vit.model import ViT
 
-NORMS = ("rms", "layer")
+NORMS = ("rms", "l2", "layer")
 
 
 class RMSNorm(keras.layers.LayerNormalization):
     """`x / sqrt(mean(x ** 2) + epsilon)` on the last axis, no scale or shift: what a LayerNorm of
     a mean-free input with scale 1 and shift 0 computes, without its mean. `rotated_copy` turns
-    the copy's LayerNorms into this class (their weights, 1 and 0, are kept and not read)."""
+    the copy's LayerNorms into this class (their weights, 1 and 0, are kept and not read). The
+    square is a MUL: TFLite has no int8 SQUARE."""
 
     def call(self, inputs):
-        square_mean = keras.ops.mean(keras.ops.square(inputs), axis=-1, keepdims=True)
+        square_mean = keras.ops.mean(inputs * inputs, axis=-1, keepdims=True)
         return inputs * keras.ops.rsqrt(square_mean + self.epsilon)
+
+
+class L2Norm(keras.layers.LayerNormalization):
+    """`x / sqrt(max(sum(x ** 2), n * epsilon))`: `RMSNorm / sqrt(n)`, the factor folded into the
+    readers' kernels (`rotated_copy(norm="l2")`). TFLite converts it to one L2_NORMALIZATION op,
+    whose int8 kernel sums the squares in int32: no int8 tensor has to hold the statistic, whose
+    range over tokens (a LayerNorm's variance from 1 to 1,700 in the ViT-Ti's last blocks) no
+    per-tensor int8 scale holds."""
+
+    def call(self, inputs):
+        import tensorflow as tf
+
+        return tf.math.l2_normalize(inputs, axis=-1, epsilon=inputs.shape[-1] * self.epsilon)
 
 
 class UnsupportedModelError(ValueError):
@@ -169,13 +183,14 @@ def _write(weights, path, rotate):
         weights[path] = (value - value.mean(axis=-1, keepdims=True)) @ rotate
 
 
-def _read(weights, norm, dense, rotate):
+def _read(weights, norm, dense, rotate, scale):
     """`dense` reads LayerNorm `norm`'s output: the norm's scale and shift go into its kernel and
-    bias, the rotation's inverse into its kernel; the norm keeps scale 1 and shift 0."""
+    bias, the rotation's inverse and `scale` (the new norm's factor) into its kernel; the norm
+    keeps scale 1 and shift 0."""
     gamma, beta = weights[f"{norm}/gamma"], weights[f"{norm}/beta"]
     kernel = weights[f"{dense}/kernel"]
     weights[f"{dense}/bias"] = weights[f"{dense}/bias"] + beta @ kernel
-    weights[f"{dense}/kernel"] = rotate.T @ (gamma[:, None] * kernel)
+    weights[f"{dense}/kernel"] = scale * rotate.T @ (gamma[:, None] * kernel)
 
 
 def _fold_layer_scale(weights, block, which, writer):
@@ -197,6 +212,7 @@ def rotated_copy(model, seed=0, rotate=None, norm="rms"):
             `norm="layer"`, one with `rotate @ 1 = 1`); the identity gives computational
             invariance alone.
         norm: `"rms"`: a randomised Hadamard (`rotation`), the LayerNorms become `RMSNorm`s;
+            `"l2"`: the same rotation, the LayerNorms become `L2Norm`s (one int8 TFLite op);
             `"layer"`: a rotation that keeps the mean (`rotation(keep_mean=True)`), the
             LayerNorms stay.
 
@@ -214,14 +230,15 @@ def rotated_copy(model, seed=0, rotate=None, norm="rms"):
         raise ValueError("With norm='layer' the rotation must keep the mean: rotate @ 1 = 1.")
     copy = ViT.from_config(model.get_config())
     copy.set_weights(model.get_weights())
+    scale = np.sqrt(model.hidden_dim) if norm == "l2" else 1.0
     weights = _Weights(copy)
     for writer in ("projection/kernel", "projection/bias", "cls_token", "dist_token", "reg_token"):
         _write(weights, f"patch_encoder/{writer}", rotate)
     _write(weights, "patch_encoder/position_embedding", rotate)
     for i in range(model.depth):
         block = f"block_{i}"
-        _read(weights, f"{block}/norm1", f"{block}/attention/qkv", rotate)
-        _read(weights, f"{block}/norm2", f"{block}/fc1", rotate)
+        _read(weights, f"{block}/norm1", f"{block}/attention/qkv", rotate, scale)
+        _read(weights, f"{block}/norm2", f"{block}/fc1", rotate, scale)
         for which, writer in (("ls1", f"{block}/attention/proj"), ("ls2", f"{block}/fc2")):
             _fold_layer_scale(weights, block, which, writer)
             _write(weights, f"{writer}/kernel", rotate)
@@ -231,15 +248,15 @@ def rotated_copy(model, seed=0, rotate=None, norm="rms"):
             weights[f"{block}/{name}/beta"] = np.zeros(model.hidden_dim)
     for head in ("pre_logits", "head", "head_dist"):
         if f"{head}/kernel" in weights:
-            _read(weights, "norm", head, rotate)
+            _read(weights, "norm", head, rotate, scale)
             if head == "pre_logits":
                 break  # the heads read pre_logits' output, not the stream
     weights["norm/gamma"] = np.ones(model.hidden_dim)
     weights["norm/beta"] = np.zeros(model.hidden_dim)
     weights.write()
-    if norm == "rms":
+    if norm != "layer":
         for layer in _layer_norms(copy):
-            layer.__class__ = RMSNorm
+            layer.__class__ = RMSNorm if norm == "rms" else L2Norm
     return copy
 
 
