@@ -103,7 +103,9 @@ def ranges(model, images, batch=16):
         channel_max = np.zeros((model.depth, model.hidden_dim))
         for i in range(0, len(images), batch):
             for depth, x in enumerate(streams([images[i : i + batch]])):
-                channel_max[depth] = np.maximum(channel_max[depth], np.abs(keras.ops.convert_to_numpy(x)).max((0, 1)))
+                channel_max[depth] = np.maximum(
+                    channel_max[depth], np.abs(keras.ops.convert_to_numpy(x)).max((0, 1))
+                )
             model(images[i : i + batch], training=False)
     finally:
         for cls, call in zip(classes, norm_calls, strict=True):
@@ -132,7 +134,9 @@ def full_int8(classifier, calibration_images):
     with tempfile.TemporaryDirectory(prefix="keras-vit-int8-") as folder:
         converter = tflite._converter(classifier, folder, input_dtype="float32")
         converter.optimizations = [tf.lite.Optimize.DEFAULT]
-        converter.representative_dataset = lambda: ([image[None].astype(np.float32)] for image in calibration_images)
+        converter.representative_dataset = lambda: (
+            [image[None].astype(np.float32)] for image in calibration_images
+        )
         converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
         converter.inference_input_type = tf.uint8
         with framework_logs.native_lines_muted():
@@ -186,11 +190,17 @@ def sensitivity(classifier, norm, calibration_images, images, reference):
     from keras_vit.model.registry import family_of
 
     calibration = tflite.Calibration(classifier, calibration_images, "uint8")
-    groups = {**quantize.groups(family_of(classifier.model)), **norm_groups(norm)}
+    own = {
+        group: tuple(quantize.Rule(*ops, 8) for ops in patterns)
+        for group, patterns in norm_groups(norm).items()
+    }
+    groups = {**quantize.groups(family_of(classifier.model)), **own}
     rows = [("everything int8", quantize.INT8)]
     for group, rules in groups.items():
         if quantize.matching_ops(calibration.float_model, rules):
-            rows.append((f"everything int8 but {group} (float)", (*quantize.INT8, *quantize.with_bits(rules, None))))
+            rows.append(
+                (f"everything int8 but {group} (float)", (*quantize.INT8, *quantize.with_bits(rules, None)))
+            )
     found = []
     for name, rules in rows:
         model = quantize.quantize(calibration.float_model, rules, calibration.ranges)
@@ -207,13 +217,17 @@ def sensitivity(classifier, norm, calibration_images, images, reference):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--dataset", required=True, help="a folder of ImageNet class folders (wnids)")
     parser.add_argument("--calibration", type=int, default=100)
     parser.add_argument("--images", type=int, default=1000)
     parser.add_argument("--range-images", type=int, default=64, help="calibration photos the ranges use")
     parser.add_argument("--seed", type=int, default=0, help="the rotation's random signs")
-    parser.add_argument("--norms", default="rms,layer", help="rotated copies to measure")
+    parser.add_argument(
+        "--variants", default="original,rms,l2,layer", help="the original and the rotated copies' norms"
+    )
     parser.add_argument("--sensitivity", action="store_true")
     parser.add_argument("--sensitivity-images", type=int, default=300)
     parser.add_argument("--output", default="int8_rotation.json")
@@ -231,9 +245,12 @@ def main():
         "fp32_accuracy": float((reference.argmax(1) == labels).mean()),
         "variants": {},
     }
-    variants = {"original": model}
-    for norm in arguments.norms.split(","):
-        variants[f"rotated ({norm})"] = rotate.rotated_copy(model, seed=arguments.seed, norm=norm)
+    variants = {}
+    for name in arguments.variants.split(","):
+        if name == "original":
+            variants[name] = model
+        else:
+            variants[f"rotated ({name})"] = rotate.rotated_copy(model, seed=arguments.seed, norm=name)
     for name, variant in variants.items():
         start = time.perf_counter()
         result = {}
@@ -259,7 +276,9 @@ def main():
             )
         result["seconds"] = time.perf_counter() - start
         report["variants"][name] = result
-        summary = {key: value for key, value in result.items() if key not in ("ranges", "fp32_ops", "int8_ops")}
+        summary = {
+            key: value for key, value in result.items() if key not in ("ranges", "fp32_ops", "int8_ops")
+        }
         print(name, json.dumps(summary), flush=True)
         with open(arguments.output, "w") as file:
             json.dump(report, file, indent=1)

@@ -1,5 +1,7 @@
 """The residual stream rotated offline (`keras_vit.export.rotate`): exact in float, outliers spread."""
 
+import tempfile
+
 import keras
 import numpy as np
 import pytest
@@ -108,3 +110,23 @@ def test_an_uncovered_vit_is_refused_by_name():
     model = keras_vit.ViT(**TINY, pre_norm=True)
     with pytest.raises(rotate.UnsupportedModelError, match="pre_norm"):
         rotate.rotated_copy(model)
+
+
+def test_l2_norms_convert_to_one_integer_tflite_op_each():
+    import tensorflow as tf
+
+    from keras_vit.export import tflite, tflite_graph
+    from keras_vit.inference.classifier import load_classifier
+
+    model = rotate.rotated_copy(_random_vit(depth=1), norm="l2")
+    images = _images()
+    with tempfile.TemporaryDirectory() as folder:
+        converter = tflite._converter(load_classifier(model), folder)
+        converter.optimizations = [tf.lite.Optimize.DEFAULT]
+        converter.representative_dataset = lambda: ([image[None]] for image in images)
+        converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+        flatbuffer = converter.convert()
+    names = [name for name, _, _ in tflite_graph.ops(flatbuffer)]
+    assert names.count("L2_NORMALIZATION") == 3  # norm1, norm2 and the final norm
+    assert "RSQRT" not in names and "MEAN" not in names
+    assert tflite_graph.float_ops(flatbuffer) == []
