@@ -1,8 +1,9 @@
 """What rotating a ViT's residual stream offline (`keras_vit.export.rotate`) buys a full-integer
 TFLite model (issue 49), on timm's ViT-Ti and real photos.
 
-For the original model and its rotated copies (`rotated_copy(norm="rms")`, QuaRot's randomised
-Hadamard with RMSNorms; `norm="layer"`, the mean-keeping rotation with the LayerNorms kept):
+For the original model and its rotated copies (`--variants`: `rotated_copy(norm=...)`, "rms":
+QuaRot's randomised Hadamard with RMSNorms; "l2": the same with one L2_NORMALIZATION per norm;
+"layer": the mean-keeping rotation with the LayerNorms kept):
 1. float exactness: the largest difference of the Keras probabilities from the original's;
 2. ranges, in Keras on the calibration photos: the residual stream's per-channel max |x| after
    each block, each norm's input range and its per-token statistic (variance, or mean square),
@@ -11,12 +12,18 @@ Hadamard with RMSNorms; `norm="layer"`, the mean-keeping rotation with the Layer
    in every op, uint8 pixels in, float probabilities out; `Optimize.DEFAULT`, a representative
    dataset of the calibration photos, `TFLITE_BUILTINS_INT8` only): its ops, and its top-1
    agreement with the original's fp32 Keras model (and accuracy) on photos calibration did not use;
-4. `--sensitivity`: the same, with one op group at a time left in float (ai-edge-quantizer, the
-   ranges calibrated once: `export.quantize`), on the first `--sensitivity-images` scored photos.
+4. `--sensitivity`: everything int8, then each op group in turn left in float (ai-edge-quantizer,
+   the ranges calibrated once: `export.quantize`), on the first `--sensitivity-images` scored photos;
+5. `--token-scales-from B`: an experiment on the l2 copy, the tokens the stream makes massive
+   (`massive_tokens`) scaled down from block B on (`with_token_scales`).
 
     unzip ../shared/datasets/imagenette2_224_val.zip -d /tmp/imagenette
     HF_HUB_OFFLINE=1 python benchmarks/int8_rotation.py --dataset /tmp/imagenette/imagenette2_224/val \\
-        --calibration 100 --images 1000 [--sensitivity]
+        --calibration 100 --images 500 --variants original,l2,rms,layer
+    HF_HUB_OFFLINE=1 python benchmarks/int8_rotation.py --dataset /tmp/imagenette/imagenette2_224/val \\
+        --calibration 100 --images 200 --variants l2 --sensitivity --token-scales-from 7
+
+The results go to `--output` (JSON); docs/benchmarks/int8.md reports them.
 
 Photos: a seeded permutation of every photo under `--dataset`; the first `--calibration` calibrate,
 the next `--images` are scored.
@@ -216,6 +223,36 @@ def sensitivity(classifier, norm, calibration_images, images, reference):
     return found
 
 
+def massive_tokens(model, images, block):
+    """The tokens whose root mean square after `block` exceeds 10 on most `images` (timm's ViT-Ti:
+    the four corner patches, from block 7 on, at about 40 where the others are about 1)."""
+    stream = keras.Model(model.inputs, model.blocks[block].output)([images])
+    rms = np.sqrt((keras.ops.convert_to_numpy(stream) ** 2).mean(-1))
+    return np.flatnonzero(np.median(rms, axis=0) > 10)
+
+
+def with_token_scales(copy, tokens, block, scale=1 / 32):
+    """An experiment, not an export: the stream's `tokens` multiplied by `scale` from the end of
+    `block` on (one MUL there, one on each later write: their norms do not see it, so the float
+    model is unchanged), so that one per-tensor int8 scale no longer has to hold them."""
+    import tensorflow as tf
+
+    factors = np.ones((1, copy.blocks[0].input.shape[1], 1), np.float32)
+    factors[0, tokens] = scale
+    factors = tf.constant(factors)
+    for i, layer in enumerate(copy.blocks[block:], start=block):
+
+        def forward(x, training=None, return_attention_scores=False, layer=layer, first=i == block):
+            attended = layer.attention(layer.norm1(x))
+            x = x + (attended if first else factors * attended)
+            y = layer._mlp(layer.norm2(x))
+            x = x + (y if first else factors * y)
+            return factors * x if first else x
+
+        layer._forward = forward
+    return copy
+
+
 def main():
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -229,6 +266,12 @@ def main():
         "--variants", default="original,rms,l2,layer", help="the original and the rotated copies' norms"
     )
     parser.add_argument("--sensitivity", action="store_true")
+    parser.add_argument(
+        "--token-scales-from",
+        type=int,
+        default=None,
+        help="also the l2 copy with the massive tokens scaled by 1/32 from this block on",
+    )
     parser.add_argument("--sensitivity-images", type=int, default=300)
     parser.add_argument("--output", default="int8_rotation.json")
     arguments = parser.parse_args()
@@ -251,6 +294,14 @@ def main():
             variants[name] = model
         else:
             variants[f"rotated ({name})"] = rotate.rotated_copy(model, seed=arguments.seed, norm=name)
+    if arguments.token_scales_from is not None:
+        block = arguments.token_scales_from
+        tokens = massive_tokens(model, calibration_images[:32], block)
+        print("massive tokens", tokens.tolist(), flush=True)
+        copy = rotate.rotated_copy(model, seed=arguments.seed, norm="l2")
+        variants[f"rotated (l2), tokens {tokens.tolist()} / 32 from block {block}"] = with_token_scales(
+            copy, tokens, block
+        )
     for name, variant in variants.items():
         start = time.perf_counter()
         result = {}
@@ -270,7 +321,7 @@ def main():
         result["int8_ms_per_image"] = milliseconds
         if arguments.sensitivity:
             count = arguments.sensitivity_images
-            norm = name[len("rotated (") : -1] if name.startswith("rotated") else "layer"
+            norm = name[len("rotated (") :].split(")")[0] if name.startswith("rotated") else "layer"
             result["sensitivity"] = sensitivity(
                 classifier, norm, calibration_images, images[:count], reference[:count]
             )
