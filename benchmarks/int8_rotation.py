@@ -21,7 +21,9 @@ QuaRot's randomised Hadamard with RMSNorms; "l2": the same with one L2_NORMALIZA
     HF_HUB_OFFLINE=1 python benchmarks/int8_rotation.py --dataset /tmp/imagenette/imagenette2_224/val \\
         --calibration 100 --images 500 --variants original,l2,rms,layer
     HF_HUB_OFFLINE=1 python benchmarks/int8_rotation.py --dataset /tmp/imagenette/imagenette2_224/val \\
-        --calibration 100 --images 200 --variants l2 --sensitivity --token-scales-from 7
+        --calibration 100 --images 200 --variants l2 --sensitivity
+    HF_HUB_OFFLINE=1 python benchmarks/int8_rotation.py --dataset /tmp/imagenette/imagenette2_224/val \\
+        --calibration 100 --images 200 --variants '' --token-scales-from 7
 
 The results go to `--output` (JSON); docs/benchmarks/int8.md reports them.
 
@@ -289,7 +291,7 @@ def main():
         "variants": {},
     }
     variants = {}
-    for name in arguments.variants.split(","):
+    for name in filter(None, arguments.variants.split(",")):
         if name == "original":
             variants[name] = model
         else:
