@@ -14,10 +14,14 @@ the model remove them before quantisation, and leave the float graph's probabili
 - Rotation (QuaRot, Ashkboos et al., NeurIPS 2024; SpinQuant, Liu et al., 2025). One orthogonal
   `Q` multiplies every writer on the right and every reader on the left (`Q.T`), so the stream
   is `x @ Q`: an outlier channel is spread over all channels. RMSNorm is invariant under `Q`, so
-  every LayerNorm becomes an RMSNorm without affine (`RMSNorm`, by default), or, with a `Q` that
-  keeps the mean-free subspace (`rotation(keep_mean=True)`), stays the LayerNorm it was.
+  every LayerNorm becomes an RMSNorm without affine (`RMSNorm`, by default), or the same as one
+  L2_NORMALIZATION op in TFLite (`L2Norm`), or, with a `Q` that keeps the mean-free subspace
+  (`rotation(keep_mean=True)`), stays the LayerNorm it was.
 
 `rotated_copy` makes the rewritten model; the user's model (and `model.keras`) is not touched.
+What it buys a full-integer TFLite model, and what it does not (the ViT-Ti's outlier is also a
+token outlier: four corner tokens at 40 times the others' size, which no channel rotation moves):
+`benchmarks/int8_rotation.py`, docs/benchmarks/int8.md (fifth pass).
 """
 
 import keras
