@@ -233,20 +233,48 @@ def massive_tokens(model, images, block):
     return np.flatnonzero(np.median(rms, axis=0) > 10)
 
 
-def with_token_scales(copy, tokens, block, scale=1 / 32):
+def massive_units(copy, images, block, limit=32.0):
+    """The hidden units of `block`'s MLP whose GELU output exceeds `limit` on `images` (timm's
+    ViT-Ti, block 7: one unit, at up to 212, which writes the corner tokens' massive values)."""
+    layer = copy.blocks[block]
+    x = keras.Model(copy.inputs, copy.blocks[block - 1].output)([images])
+    x = x + layer.attention(layer.norm1(x))
+    hidden = keras.ops.convert_to_numpy(layer.fc1(layer.norm2(x)))  # fc1 carries the GELU
+    return np.flatnonzero(np.abs(hidden).max((0, 1)) > limit)
+
+
+def with_token_scales(copy, tokens, block, scale=1 / 32, units=()):
     """An experiment, not an export: the stream's `tokens` multiplied by `scale` from the end of
     `block` on (one MUL there, one on each later write: their norms do not see it, so the float
-    model is unchanged), so that one per-tensor int8 scale no longer has to hold them."""
+    model is unchanged), so that one per-tensor int8 scale no longer has to hold them. With
+    `units`, `block`'s MLP is split in two: those hidden units (fc1's columns, fc2's rows) are
+    scaled per token before their own fc2, so the massive write is small before it is int8."""
     import tensorflow as tf
 
     factors = np.ones((1, copy.blocks[0].input.shape[1], 1), np.float32)
     factors[0, tokens] = scale
     factors = tf.constant(factors)
+    first = copy.blocks[block]
+    kernel1, bias1 = (keras.ops.convert_to_numpy(w) for w in first.fc1.weights)
+    kernel2, bias2 = (keras.ops.convert_to_numpy(w) for w in first.fc2.weights)
+    rest = np.setdiff1d(np.arange(kernel1.shape[1]), units)
+
+    units = np.asarray(units, int)
+
+    def split(x):
+        def hidden(columns):
+            return first.fc1.activation(tf.matmul(x, kernel1[:, columns]) + bias1[columns])
+
+        kept = factors * (tf.matmul(hidden(rest), kernel2[rest]) + bias2)
+        return kept + tf.matmul(factors * hidden(units), kernel2[units])
+
     for i, layer in enumerate(copy.blocks[block:], start=block):
 
         def forward(x, training=None, return_attention_scores=False, layer=layer, first=i == block):
             attended = layer.attention(layer.norm1(x))
             x = x + (attended if first else factors * attended)
+            if first and len(units):
+                return factors * x + split(layer.norm2(x))
             y = layer._mlp(layer.norm2(x))
             x = x + (y if first else factors * y)
             return factors * x if first else x
@@ -273,6 +301,11 @@ def main():
         type=int,
         default=None,
         help="also the l2 copy with the massive tokens scaled by 1/32 from this block on",
+    )
+    parser.add_argument(
+        "--split-massive-units",
+        action="store_true",
+        help="with --token-scales-from: that block's massive MLP units scaled per token too",
     )
     parser.add_argument("--sensitivity-images", type=int, default=300)
     parser.add_argument("--output", default="int8_rotation.json")
@@ -301,9 +334,14 @@ def main():
         tokens = massive_tokens(model, calibration_images[:32], block)
         print("massive tokens", tokens.tolist(), flush=True)
         copy = rotate.rotated_copy(model, seed=arguments.seed, norm="l2")
-        variants[f"rotated (l2), tokens {tokens.tolist()} / 32 from block {block}"] = with_token_scales(
-            copy, tokens, block
+        units = (
+            massive_units(copy, calibration_images[:32], block)
+            if arguments.split_massive_units
+            else np.array([])
         )
+        name = f"rotated (l2), tokens {tokens.tolist()} / 32 from block {block}"
+        name += f", MLP units {units.tolist()} split" if len(units) else ""
+        variants[name] = with_token_scales(copy, tokens, block, units=units)
     for name, variant in variants.items():
         start = time.perf_counter()
         result = {}
