@@ -1,0 +1,271 @@
+"""The residual stream rotated offline: a ViT rewritten, weights only, so that 8-bit activations
+can hold it (issue 49).
+
+A real ViT's residual stream carries outlier channels (timm's ViT-Ti: one at -585 from block 7 on,
+the others within +-40), which no per-tensor int8 scale holds. Two exact rewrites of a copy of
+the model remove them before quantisation, and leave the float graph's probabilities unchanged:
+
+- Computational invariance (SliceGPT, Ashkboos et al., ICLR 2024). Every LayerNorm's scale and
+  shift are folded into the Dense layers that read it (QKV, the MLP's first layer, the head), and
+  every write to the residual stream is made mean-free (the patch projection, the prefix tokens,
+  the position embeddings, attention's output projection and the MLP's second layer, LayerScale
+  folded in first). LayerNorm(x) = LayerNorm(x - mean(x)), so the readers see what they saw; the
+  stream itself is now mean-free, and each LayerNorm only divides by the root mean square.
+- Rotation (QuaRot, Ashkboos et al., NeurIPS 2024; SpinQuant, Liu et al., 2025). One orthogonal
+  `Q` multiplies every writer on the right and every reader on the left (`Q.T`), so the stream
+  is `x @ Q`: an outlier channel is spread over all channels. RMSNorm is invariant under `Q`, so
+  every LayerNorm becomes an RMSNorm without affine (`RMSNorm`, by default), or the same as one
+  L2_NORMALIZATION op in TFLite (`L2Norm`), or, with a `Q` that keeps the mean-free subspace
+  (`rotation(keep_mean=True)`), stays the LayerNorm it was.
+
+`rotated_copy` makes the rewritten model; the user's model (and `model.keras`) is not touched.
+What it buys a full-integer TFLite model, and what it does not (the ViT-Ti's outlier is also a
+token outlier: four corner tokens at 40 times the others' size, which no channel rotation moves):
+`benchmarks/int8_rotation.py`, docs/benchmarks/int8.md (fifth pass).
+"""
+
+import keras
+import numpy as np
+
+from keras_vit.model.vit.model import ViT
+
+NORMS = ("rms", "l2", "layer")
+
+
+class RMSNorm(keras.layers.LayerNormalization):
+    """`x / sqrt(mean(x ** 2) + epsilon)` on the last axis, no scale or shift: what a LayerNorm of
+    a mean-free input with scale 1 and shift 0 computes, without its mean. `rotated_copy` turns
+    the copy's LayerNorms into this class (their weights, 1 and 0, are kept and not read). The
+    square is a MUL: TFLite has no int8 SQUARE."""
+
+    def call(self, inputs):
+        square_mean = keras.ops.mean(inputs * inputs, axis=-1, keepdims=True)
+        return inputs * keras.ops.rsqrt(square_mean + self.epsilon)
+
+
+class L2Norm(keras.layers.LayerNormalization):
+    """`x / sqrt(max(sum(x ** 2), n * epsilon))`: `RMSNorm / sqrt(n)`, the factor folded into the
+    readers' kernels (`rotated_copy(norm="l2")`). TFLite converts it to one L2_NORMALIZATION op,
+    whose int8 kernel sums the squares in int32: no int8 tensor has to hold the statistic, whose
+    range over tokens (a LayerNorm's variance from 1 to 1,700 in the ViT-Ti's last blocks) no
+    per-tensor int8 scale holds."""
+
+    def call(self, inputs):
+        import tensorflow as tf
+
+        return tf.math.l2_normalize(inputs, axis=-1, epsilon=inputs.shape[-1] * self.epsilon)
+
+
+class UnsupportedModelError(ValueError):
+    """A ViT whose residual stream the rewrite does not cover (named)."""
+
+
+def _sylvester(order):
+    matrix = np.ones((1, 1))
+    while matrix.shape[0] < order:
+        matrix = np.block([[matrix, matrix], [matrix, -matrix]])
+    return matrix
+
+
+def _is_prime(number):
+    return number > 1 and all(number % k for k in range(2, int(number**0.5) + 1))
+
+
+def _paley(order):
+    """Paley's first construction, a Hadamard matrix of order q + 1 for a prime q = 3 mod 4
+    (12, 20, 24, 32, 44, ...): I + S, with S the skew matrix bordering q's Jacobsthal matrix."""
+    q = order - 1
+    squares = {(k * k) % q for k in range(1, q)}
+    jacobsthal = np.array(
+        [[0 if i == j else (1 if (j - i) % q in squares else -1) for j in range(q)] for i in range(q)]
+    )
+    skew = np.zeros((order, order))
+    skew[0, 1:], skew[1:, 0], skew[1:, 1:] = 1, -1, jacobsthal
+    return np.eye(order) + skew
+
+
+def hadamard(n):
+    """An orthonormal `(n, n)` Hadamard matrix (entries +-1/sqrt(n)) whose first row is constant,
+    or None where none is built: the Kronecker product of Sylvester's (a power of two) and
+    Paley's (a prime q = 3 mod 4, order q + 1) when `n` is one times the other. ViT widths are:
+    192 = 12 x 16, 384 = 12 x 32, 768 = 12 x 64, and every power of two."""
+    two = n & -n  # the largest power of two dividing n
+    while two >= 1:
+        paley = n // two
+        if paley == 1:
+            matrix = _sylvester(n)
+            break
+        if paley % 4 == 0 and _is_prime(paley - 1):
+            matrix = np.kron(_paley(paley), _sylvester(two))
+            break
+        two //= 2
+    else:
+        return None
+    matrix = matrix * np.sign(matrix[0])  # columns signed so the first row is all +1
+    assert np.allclose(matrix @ matrix.T, n * np.eye(n))
+    return matrix / np.sqrt(n)
+
+
+def rotation(n, seed=0, keep_mean=False):
+    """A random orthogonal `(n, n)` Q built on `hadamard(n)` (where there is none, on a random
+    orthogonal matrix with a constant first row), `s` random signs:
+
+    - `keep_mean=False`: `diag(s) @ H`, QuaRot's randomised Hadamard. Every row is flat (+-1/sqrt(n)
+      with a Hadamard): an outlier channel lands on every channel at 1/sqrt(n) of its size. The
+      rotated stream is no longer mean-free, so its LayerNorms become RMSNorms (`rotated_copy`).
+    - `keep_mean=True`: `H.T @ diag(1, s[1:]) @ H`, symmetric, with `Q @ 1 = 1`: mean-free rows stay
+      mean-free and the LayerNorms stay exact as they are; but its rows are not flat (each entry
+      a sum of n random signs over n), so an outlier lands at up to about 3/sqrt(n) of its size.
+    """
+    rng = np.random.default_rng(seed)
+    basis = hadamard(n)
+    if basis is None:
+        start = rng.standard_normal((n, n))
+        start[:, 0] = 1.0
+        basis, _ = np.linalg.qr(start)
+        basis = (basis * np.sign(basis[0, 0])).T  # first row: +1/sqrt(n)
+    signs = rng.choice([-1.0, 1.0], n)
+    if not keep_mean:
+        return signs[:, None] * basis
+    signs[0] = 1.0
+    return basis.T @ (signs[:, None] * basis)
+
+
+def _check(model):
+    """Raises `UnsupportedModelError` for the ViTs whose stream the rewrite does not cover."""
+    if not isinstance(model, ViT):
+        raise UnsupportedModelError(f"The rotation rewrites keras-vit ViTs; got {type(model).__name__}.")
+    reasons = {
+        "pre_norm": "a LayerNorm before the blocks (CLIP's pre_norm)",
+        "map": "attention pooling (MAP)",
+        "no final_norm": "no final LayerNorm (the head would read the stream itself)",
+        "no qkv_bias": "no QKV bias to take the first LayerNorm's shift",
+        "no proj_bias": "no MLP bias to take the second LayerNorm's shift",
+        "mlp": "a gated MLP",
+        "include_top": "no classifier head",
+    }
+    found = {
+        "pre_norm": model.pre_norm,
+        "map": model.pooling == "map",
+        "no final_norm": not model.final_norm,
+        "no qkv_bias": not model.qkv_bias,
+        "no proj_bias": not model.proj_bias,
+        "mlp": model.mlp != "mlp",
+        "include_top": not model.include_top,
+    }
+    unsupported = [reasons[key] for key, present in found.items() if present]
+    if unsupported:
+        raise UnsupportedModelError(f"The rotation does not cover a ViT with {'; '.join(unsupported)}.")
+
+
+class _Weights:
+    """The copy's weights by path, in float64, written back at the end."""
+
+    def __init__(self, model):
+        self.variables = {variable.path: variable for variable in model.weights}
+        self.values = {path: np.asarray(v.numpy(), np.float64) for path, v in self.variables.items()}
+
+    def __getitem__(self, path):
+        return self.values[path]
+
+    def __setitem__(self, path, value):
+        assert value.shape == self.values[path].shape, path
+        self.values[path] = value
+
+    def __contains__(self, path):
+        return path in self.values
+
+    def write(self):
+        for path, variable in self.variables.items():
+            variable.assign(self.values[path].astype(variable.dtype))
+
+
+def _write(weights, path, rotate):
+    """A writer of the stream (its last axis the stream's channels): mean-free, then rotated."""
+    if path in weights:
+        value = weights[path]
+        weights[path] = (value - value.mean(axis=-1, keepdims=True)) @ rotate
+
+
+def _read(weights, norm, dense, rotate, scale):
+    """`dense` reads LayerNorm `norm`'s output: the norm's scale and shift go into its kernel and
+    bias, the rotation's inverse and `scale` (the new norm's factor) into its kernel; the norm
+    keeps scale 1 and shift 0."""
+    gamma, beta = weights[f"{norm}/gamma"], weights[f"{norm}/beta"]
+    kernel = weights[f"{dense}/kernel"]
+    weights[f"{dense}/bias"] = weights[f"{dense}/bias"] + beta @ kernel
+    weights[f"{dense}/kernel"] = scale * rotate.T @ (gamma[:, None] * kernel)
+
+
+def _fold_layer_scale(weights, block, which, writer):
+    path = f"{block}/{which}"
+    if path in weights:
+        weights[f"{writer}/kernel"] = weights[f"{writer}/kernel"] * weights[path]
+        weights[f"{writer}/bias"] = weights[f"{writer}/bias"] * weights[path]
+        weights[path] = np.ones_like(weights[path])
+
+
+def rotated_copy(model, seed=0, rotate=None, norm="rms"):
+    """A copy of the ViT `model` with its residual stream mean-free and rotated (this module's
+    docstring): the same probabilities in float, to float32 rounding, from other weights.
+
+    Args:
+        model: a keras-vit `ViT` with a head; it is not changed.
+        seed: the seed of the rotation's random signs (`rotation`).
+        rotate: an orthogonal `(hidden_dim, hidden_dim)` matrix to use instead (with
+            `norm="layer"`, one with `rotate @ 1 = 1`); the identity gives computational
+            invariance alone.
+        norm: `"rms"`: a randomised Hadamard (`rotation`), the LayerNorms become `RMSNorm`s;
+            `"l2"`: the same rotation, the LayerNorms become `L2Norm`s (one int8 TFLite op);
+            `"layer"`: a rotation that keeps the mean (`rotation(keep_mean=True)`), the
+            LayerNorms stay.
+
+    Raises:
+        UnsupportedModelError: a ViT the rewrite does not cover (CLIP's pre_norm, MAP pooling,
+            no final LayerNorm, no QKV or MLP bias, a gated MLP, no head).
+    """
+    _check(model)
+    if norm not in NORMS:
+        raise ValueError(f"Unknown norm {norm!r}; choose from {', '.join(NORMS)}.")
+    if rotate is None:
+        rotate = rotation(model.hidden_dim, seed, keep_mean=norm == "layer")
+    rotate = np.asarray(rotate, np.float64)
+    if norm == "layer" and not np.allclose(rotate @ np.ones(len(rotate)), 1.0, atol=1e-9):
+        raise ValueError("With norm='layer' the rotation must keep the mean: rotate @ 1 = 1.")
+    copy = ViT.from_config(model.get_config())
+    copy.set_weights(model.get_weights())
+    scale = np.sqrt(model.hidden_dim) if norm == "l2" else 1.0
+    weights = _Weights(copy)
+    for writer in ("projection/kernel", "projection/bias", "cls_token", "dist_token", "reg_token"):
+        _write(weights, f"patch_encoder/{writer}", rotate)
+    _write(weights, "patch_encoder/position_embedding", rotate)
+    for i in range(model.depth):
+        block = f"block_{i}"
+        _read(weights, f"{block}/norm1", f"{block}/attention/qkv", rotate, scale)
+        _read(weights, f"{block}/norm2", f"{block}/fc1", rotate, scale)
+        for which, writer in (("ls1", f"{block}/attention/proj"), ("ls2", f"{block}/fc2")):
+            _fold_layer_scale(weights, block, which, writer)
+            _write(weights, f"{writer}/kernel", rotate)
+            _write(weights, f"{writer}/bias", rotate)
+        for name in ("norm1", "norm2"):
+            weights[f"{block}/{name}/gamma"] = np.ones(model.hidden_dim)
+            weights[f"{block}/{name}/beta"] = np.zeros(model.hidden_dim)
+    for head in ("pre_logits", "head", "head_dist"):
+        if f"{head}/kernel" in weights:
+            _read(weights, "norm", head, rotate, scale)
+            if head == "pre_logits":
+                break  # the heads read pre_logits' output, not the stream
+    weights["norm/gamma"] = np.ones(model.hidden_dim)
+    weights["norm/beta"] = np.zeros(model.hidden_dim)
+    weights.write()
+    if norm != "layer":
+        for layer in _layer_norms(copy):
+            layer.__class__ = RMSNorm if norm == "rms" else L2Norm
+    return copy
+
+
+def _layer_norms(model):
+    found = [model.get_layer("norm")]
+    for block in model.blocks:
+        found += [block.norm1, block.norm2]
+    return found

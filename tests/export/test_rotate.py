@@ -1,0 +1,132 @@
+"""The residual stream rotated offline (`keras_vit.export.rotate`): exact in float, outliers spread."""
+
+import tempfile
+
+import keras
+import numpy as np
+import pytest
+from conftest import TINY
+
+import keras_vit
+from keras_vit.export import rotate
+
+
+def _random_vit(seed=0, outlier=0.0, **arguments):
+    """A tiny ViT with every weight random (LayerNorm scales around 1, shifts around 0), so that
+    each fold has something to fold; `outlier` is added to one channel of the patch projection's
+    bias, a residual-stream outlier as the real ViT-Ti's."""
+    model = keras_vit.ViT(**{**TINY, **arguments}, image_mean=[0.5] * 3, image_std=[0.25] * 3)
+    rng = np.random.default_rng(seed)
+    for weight in model.weights:
+        value = 0.3 * rng.standard_normal(weight.shape) + weight.path.endswith("gamma")
+        weight.assign(value.astype("float32"))
+    if outlier:
+        bias = model.get_layer("patch_encoder").projection.bias
+        bias.assign(bias.numpy() + outlier * np.eye(TINY["hidden_dim"])[3])
+    return model
+
+
+def _images(count=4):
+    return np.random.default_rng(1).uniform(0, 255, (count, 32, 32, 3)).astype("float32")
+
+
+def _probabilities(model, images):
+    return keras.ops.convert_to_numpy(keras.ops.softmax(model(images, training=False), axis=-1))
+
+
+@pytest.mark.parametrize("n", [8, 12, 32, 192, 384, 768])
+def test_hadamard_is_orthonormal_with_a_constant_first_row(n):
+    matrix = rotate.hadamard(n)
+    np.testing.assert_allclose(matrix @ matrix.T, np.eye(n), atol=1e-12)
+    np.testing.assert_allclose(np.abs(matrix), 1 / np.sqrt(n))
+    np.testing.assert_allclose(matrix[0], 1 / np.sqrt(n))
+
+
+@pytest.mark.parametrize("n", [32, 192, 10])  # 10: no Hadamard, a random orthogonal basis
+def test_rotations_are_orthogonal(n):
+    flat, keeping = rotate.rotation(n, seed=3), rotate.rotation(n, seed=3, keep_mean=True)
+    for q in (flat, keeping):
+        np.testing.assert_allclose(q @ q.T, np.eye(n), atol=1e-12)
+        assert np.abs(q).max() < 0.9  # no channel stays where it was
+    np.testing.assert_allclose(keeping @ np.ones(n), np.ones(n), atol=1e-12)
+    if n != 10:  # a randomised Hadamard: every channel spread evenly over all
+        np.testing.assert_allclose(np.abs(flat), 1 / np.sqrt(n))
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        {},
+        {"class_token": False, "register_tokens": 2, "pooling": "gap"},
+        {"register_tokens": 1, "layer_scale": 0.5, "distillation_token": True},
+        {"pooling": "gap", "norm_before_pooling": False, "cls_position_embedding": False},
+    ],
+    ids=["cls", "registers-gap", "layer-scale-distilled", "fc-norm"],
+)
+@pytest.mark.parametrize("norm", rotate.NORMS)
+def test_rotated_copy_gives_the_same_probabilities(arguments, norm):
+    model = _random_vit(**arguments)
+    before = [w.copy() for w in model.get_weights()]
+    images = _images()
+    rotated = rotate.rotated_copy(model, seed=1, norm=norm)
+    assert isinstance(rotated.get_layer("norm"), rotate.RMSNorm) == (norm == "rms")
+    assert not isinstance(model.get_layer("norm"), rotate.RMSNorm)
+    np.testing.assert_allclose(_probabilities(rotated, images), _probabilities(model, images), atol=1e-5)
+    assert not np.allclose(rotated.get_weights()[2], model.get_weights()[2])  # other weights
+    for kept, weight in zip(before, model.get_weights(), strict=True):  # the user's model untouched
+        np.testing.assert_array_equal(kept, weight)
+
+
+def test_rotation_spreads_an_outlier_channel_of_the_residual_stream():
+    model = _random_vit(outlier=300.0)
+    rotated = rotate.rotated_copy(model)
+    images = _images()
+
+    def stream(m):
+        return keras.ops.convert_to_numpy(keras.Model(m.inputs, m.get_layer("block_1").output)([images]))
+
+    before, after = np.abs(stream(model)).max(axis=(0, 1)), np.abs(stream(rotated)).max(axis=(0, 1))
+    assert before.max() > 10 * np.median(before)  # one channel far above the rest
+    assert after.max() < 3 * np.median(after)
+    assert after.max() < before.max() / 3
+
+
+def test_the_stream_is_mean_free_without_rotation():
+    model = _random_vit(outlier=50.0)
+    invariant = rotate.rotated_copy(model, rotate=np.eye(TINY["hidden_dim"]), norm="layer")
+    output = keras.Model(invariant.inputs, invariant.get_layer("block_0").output)([_images()])
+    assert np.abs(keras.ops.convert_to_numpy(output).mean(axis=-1)).max() < 1e-4
+    np.testing.assert_allclose(
+        _probabilities(invariant, _images()), _probabilities(model, _images()), atol=1e-5
+    )
+
+
+def test_layer_norm_needs_a_rotation_that_keeps_the_mean():
+    with pytest.raises(ValueError, match="keep the mean"):
+        rotate.rotated_copy(_random_vit(), rotate=rotate.rotation(TINY["hidden_dim"]), norm="layer")
+
+
+def test_an_uncovered_vit_is_refused_by_name():
+    model = keras_vit.ViT(**TINY, pre_norm=True)
+    with pytest.raises(rotate.UnsupportedModelError, match="pre_norm"):
+        rotate.rotated_copy(model)
+
+
+def test_l2_norms_convert_to_one_integer_tflite_op_each():
+    import tensorflow as tf
+
+    from keras_vit.export import tflite, tflite_graph
+    from keras_vit.inference.classifier import load_classifier
+
+    model = rotate.rotated_copy(_random_vit(depth=1), norm="l2")
+    images = _images()
+    with tempfile.TemporaryDirectory() as folder:
+        converter = tflite._converter(load_classifier(model), folder)
+        converter.optimizations = [tf.lite.Optimize.DEFAULT]
+        converter.representative_dataset = lambda: ([image[None]] for image in images)
+        converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+        flatbuffer = converter.convert()
+    names = [name for name, _, _ in tflite_graph.ops(flatbuffer)]
+    assert names.count("L2_NORMALIZATION") == 3  # norm1, norm2 and the final norm
+    assert "RSQRT" not in names and "MEAN" not in names
+    assert tflite_graph.float_ops(flatbuffer) == []
