@@ -12,11 +12,12 @@ from keras_vit.model.vit.layers import (
     PatchEncoder,
     Patches,
     RelativePositionBias,
+    ResNetV2Stem,
     ResPostBlock,
+    StdConv2D,
     TokenPooling,
     TransformerBlock,
 )
-from keras_vit.model.vit.stems import ResNetV2Stem, StdConv2D
 
 __all__ = [
     "DifferentialAttention",

@@ -14,7 +14,7 @@ from keras import ops
 from keras_vit.model.checks import check_positive_int, check_rate
 from keras_vit.model.layers import Block, DropPath, weight_initializer
 from keras_vit.model.relative_position import relative_log_coords, relative_position_index
-from keras_vit.model.vit.stems import build_stem
+from keras_vit.model.vit.stems import ResNetV2Stem, StdConv2D, build_stem  # noqa: F401 (keras_vit.layers)
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
