@@ -8,6 +8,7 @@ invocations), and timm's same architecture in PyTorch and through ONNX Runtime (
 Random weights: speed does not depend on them.
 """
 
+import copy
 import os
 import statistics
 import tempfile
@@ -60,16 +61,26 @@ def _litert(flatbuffer):
     return run
 
 
+IMAGE_SIZE = 224  # every model at 224, whatever its default (DINOv2's 518, DINOv3's 256)
+
+
 def _timm_model(name):
     """timm's same architecture (any family), random weights, for inference."""
-    return timm.create_model(name, pretrained=False, num_classes=1000).eval()
+    return timm.create_model(name, pretrained=False, num_classes=1000, img_size=IMAGE_SIZE).eval()
 
 
 def _onnxruntime(model, folder):
     import onnxruntime
 
     path = os.path.join(folder, "timm.onnx")
-    example = torch.zeros(1, 3, 224, 224)
+    example = torch.zeros(1, 3, IMAGE_SIZE, IMAGE_SIZE)
+    # The TorchScript exporter cannot trace timm's eva attention through the fused
+    # `scaled_dot_product_attention` (its `is_causal` reaches the op as a tensor); the explicit
+    # path exports the same ONNX ops (MatMul, Softmax, MatMul) that the fused one decomposes to.
+    model = copy.deepcopy(model)
+    for module in model.modules():
+        if hasattr(module, "fused_attn"):
+            module.fused_attn = False
     torch.onnx.export(
         model, (example,), path, dynamo=False, input_names=["x"], dynamic_axes={"x": {0: "batch"}}
     )
@@ -86,7 +97,7 @@ def runtimes(name, folder, names, calibration_images):
     from keras_vit.inference.classifier import load_classifier
     from keras_vit.inference.runtimes import SavedModelRunner
 
-    model = keras_vit.create_model(name, num_classes=1000)
+    model = keras_vit.create_model(name, num_classes=1000, image_size=IMAGE_SIZE)
     classifier = load_classifier(model)
     xla_forward = tf.function(lambda x: model(x, training=False), jit_compile=True)
     peer = _timm_model(name)
@@ -123,10 +134,10 @@ def runtimes(name, folder, names, calibration_images):
 def inference(name, runtime_names, rounds, batch_sizes=(1,)):
     """Latency (batch 1, ms) and throughput (batch 32, images/s), sides alternating, medians."""
     rng = np.random.default_rng(0)
-    images = {b: rng.uniform(0, 255, (b, 224, 224, 3)).astype("float32") for b in batch_sizes}
+    images = {b: rng.uniform(0, 255, (b, IMAGE_SIZE, IMAGE_SIZE, 3)).astype("float32") for b in batch_sizes}
     # timm's input: the same pixels, channels first, on timm's [0, 1] scale.
     peer_images = {b: (x.transpose(0, 3, 1, 2) / 255.0).astype("float32") for b, x in images.items()}
-    calibration = rng.uniform(0, 255, (8, 224, 224, 3)).astype("float32")
+    calibration = rng.uniform(0, 255, (8, IMAGE_SIZE, IMAGE_SIZE, 3)).astype("float32")
     with tempfile.TemporaryDirectory() as folder:
         built = runtimes(name, folder, runtime_names, calibration)
         results = {runtime: {} for runtime in built}

@@ -12,7 +12,9 @@ PyTorch), then
 - the input pipeline's images/s against the training step's (`input_pipeline.py`);
 - step time and memory as the token count grows, 64 to 1024 tokens (`token_scaling.py`);
 - inference of ViT-Ti/16 (and ViT-S/16 in the full run) at 224 in every runtime
-  (`inference.py`): batch-1 latency, and batch-32 throughput in the full run.
+  (`inference.py`): batch-1 latency, and batch-32 throughput in the full run;
+- in the full run, DINOv2-S/14, SigLIP-B/16 and DINOv3-S/16 at 224 beside ViT-S/16: TFLite fp32
+  against ONNX Runtime and PyTorch (`backbones.py`).
 The sides alternate within each round (the machine is noisy: one config differs by up to 20%
 between runs), and every figure is the median over rounds. Writes docs/benchmarks/
 results.json, results.md, training.png and scaling.png, and prints a JSON summary as its
@@ -37,6 +39,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
+from backbones import BACKBONES, backbone_goals  # noqa: E402
+from backbones import RUNTIMES as BACKBONE_RUNTIMES  # noqa: E402
 from inference import QUICK_RUNTIMES, THREADS, inference, median_seconds  # noqa: E402
 from input_pipeline import cifar10, images_224  # noqa: E402
 from token_scaling import token_scaling  # noqa: E402
@@ -190,6 +194,7 @@ def _goals(results):
         swin = results["inference"][SWIN]
         ratio = swin["tflite_fp32"]["batch1_ms"] / swin["onnxruntime_timm"]["batch1_ms"]
         rows.append(("Swin-T: TFLite fp32 batch 1 <= 0.85x ONNX Runtime", f"{ratio:.2f}x", ratio <= 0.85))
+    rows += backbone_goals({n: r for n, r in results["inference"].items() if n in BACKBONES})
     dynamic = ti["tflite_dynamic"]["batch1_ms"] / fp32
     rows.append(("dynamic-range int8 <= 0.55x fp32", f"{dynamic:.2f}x", dynamic <= 0.55))
     if "tflite_int8" in ti:
@@ -419,6 +424,14 @@ def main(argv=None):
             inference=model_name,
             batch1_ms={k: v["batch1_ms"] for k, v in inference_results[model_name].items()},
         )
+    if not args.quick:  # the modern backbones beside ViT-S/16: fp32 against the peers only
+        for model_name in BACKBONES:
+            if model_name not in inference_results:
+                inference_results[model_name] = inference(model_name, BACKBONE_RUNTIMES, rounds)
+                _print(
+                    inference=model_name,
+                    batch1_ms={k: v["batch1_ms"] for k, v in inference_results[model_name].items()},
+                )
 
     results = {
         "quick": args.quick,

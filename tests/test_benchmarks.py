@@ -93,6 +93,51 @@ def test_the_report_writes_its_files(monkeypatch, tmp_path):
     assert "| tflite_fp32 | 16.6 |  |" in table
 
 
+def _backbone(tflite_ms, ort_ms, torch_ms):
+    milliseconds = {"tflite_fp32": tflite_ms, "onnxruntime_timm": ort_ms, "torch_timm": torch_ms}
+    return {runtime: {"batch1_ms": ms} for runtime, ms in milliseconds.items()}
+
+
+def test_each_backbone_is_judged_against_onnx_runtime_in_the_goals_and_its_page():
+    import backbones
+
+    measured = {
+        "vit_small_patch14_dinov2": _backbone(8, 10, 20),
+        "vit_small_patch16_dinov3": _backbone(9, 10, 20),
+    }
+    assert backbones.backbone_goals(measured) == [
+        ("DINOv2-S/14: TFLite fp32 batch 1 <= 0.85x ONNX Runtime", "0.80x", True),
+        ("DINOv3-S/16: TFLite fp32 batch 1 <= 0.85x ONNX Runtime", "0.90x", False),
+    ]
+    page = backbones.report(measured, rounds=1, machine="test")
+    assert "| DINOv2-S/14 | `vit_small_patch14_dinov2` | 8.0 | 10.0 | 20.0 | 0.80x |" in page
+    assert "| DINOv3-S/16: TFLite fp32 batch 1 <= 0.85x ONNX Runtime | 0.90x | no |" in page
+    # The full run's goals table carries the same rows.
+    results = _results(130, 100, 90, 8, 10, 4, 6)
+    results["inference"].update(measured)
+    met = dict((goal, ok) for goal, _, ok in run._goals(results))
+    assert met["DINOv2-S/14: TFLite fp32 batch 1 <= 0.85x ONNX Runtime"]
+    assert not met["DINOv3-S/16: TFLite fp32 batch 1 <= 0.85x ONNX Runtime"]
+
+
+def test_the_onnx_peer_of_a_rotary_vit_exports_and_keeps_timms_outputs(tmp_path):
+    import inference
+    import numpy as np
+    import timm
+    import torch
+
+    peer = timm.create_model(
+        "vit_small_patch16_dinov3", embed_dim=32, depth=1, num_heads=2, img_size=inference.IMAGE_SIZE
+    ).eval()
+    images = np.random.default_rng(0).uniform(0, 1, (1, 3, inference.IMAGE_SIZE, inference.IMAGE_SIZE))
+    images = images.astype("float32")
+    (logits,) = inference._onnxruntime(peer, str(tmp_path))(images)
+    with torch.inference_mode():
+        expected = peer(torch.from_numpy(images)).numpy()
+    np.testing.assert_allclose(logits, expected, atol=1e-4)
+    assert all(m.fused_attn for m in peer.modules() if hasattr(m, "fused_attn"))  # the peer untouched
+
+
 def test_gpu_benchmark_says_in_one_line_that_there_is_no_gpu_and_exits_0():
     import subprocess
 

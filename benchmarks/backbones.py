@@ -1,0 +1,109 @@
+"""The modern backbones' batch-1 latency beside ViT-S/16, in one run: TFLite fp32 (LiteRT,
+2 threads) against ONNX Runtime on timm's same model and timm in PyTorch.
+
+    python benchmarks/backbones.py            # about 6 minutes on 2 cores
+    python benchmarks/backbones.py --rounds 1 --models vit_small_patch16_224
+
+Every model at 224 (DINOv2's default is 518, DINOv3's 256), random weights (speed does not
+depend on them). Writes docs/benchmarks/backbones.json and backbones.md, and prints the
+ratios as its last line. The goal is the ViT's: TFLite fp32 at most 0.85x ONNX Runtime.
+`run.py` (the full run) measures the same rows.
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+
+# PyTorch before TensorFlow (inference.py imports them in that order).
+from inference import THREADS, inference  # isort: skip
+import torch  # isort: skip
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+OUTPUT = os.path.join(HERE, os.pardir, "docs", "benchmarks")
+BACKBONES = {
+    "vit_small_patch16_224": "ViT-S/16",
+    "vit_small_patch14_dinov2": "DINOv2-S/14",
+    "vit_base_patch16_siglip_224": "SigLIP-B/16",
+    "vit_small_patch16_dinov3": "DINOv3-S/16",
+}
+RUNTIMES = ("tflite_fp32", "onnxruntime_timm", "torch_timm")
+GOAL = 0.85  # TFLite fp32's batch-1 latency over ONNX Runtime's, at most
+
+
+def measure(models, rounds):
+    """`{name: {runtime: {"batch1_ms": ...}}}`, sides alternating within each model."""
+    return {name: inference(name, RUNTIMES, rounds) for name in models}
+
+
+def backbone_goals(results):
+    """(goal, measured, met) rows: TFLite fp32 against ONNX Runtime, per backbone."""
+    rows = []
+    for name, runtimes in results.items():
+        ratio = runtimes["tflite_fp32"]["batch1_ms"] / runtimes["onnxruntime_timm"]["batch1_ms"]
+        label = BACKBONES.get(name, name)
+        rows.append((f"{label}: TFLite fp32 batch 1 <= {GOAL}x ONNX Runtime", f"{ratio:.2f}x", ratio <= GOAL))
+    return rows
+
+
+def report(results, rounds, machine):
+    """The markdown page: one row per backbone, the goals below."""
+    lines = [
+        "# Backbones: batch-1 latency at 224",
+        "",
+        f"`python benchmarks/backbones.py` on {machine}, {time.strftime('%Y-%m-%d')}; "
+        f"{THREADS} threads, medians over {rounds} alternating rounds, random weights.",
+        "",
+        "| model | timm name | TFLite fp32 (ms) | ONNX Runtime, timm (ms) | PyTorch, timm (ms) "
+        "| TFLite / ORT |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, runtimes in results.items():
+        ms = [runtimes[r]["batch1_ms"] for r in RUNTIMES]
+        lines.append(
+            f"| {BACKBONES.get(name, name)} | `{name}` | {ms[0]:.1f} | {ms[1]:.1f} | {ms[2]:.1f} | "
+            f"{ms[0] / ms[1]:.2f}x |"
+        )
+    lines += ["", "| goal | measured | met |", "|---|---|---|"]
+    lines += [
+        f"| {goal} | {value} | {'yes' if met else 'no'} |" for goal, value, met in backbone_goals(results)
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _machine():
+    model = "unknown CPU"
+    if os.path.exists("/proc/cpuinfo"):
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    return f"{model}, {os.cpu_count()} cores, PyTorch {torch.__version__}"
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default=",".join(BACKBONES), help="comma-separated timm names")
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(THREADS)
+    results = measure(args.models.split(","), args.rounds)
+    from keras_vit.files import write_json, write_text
+
+    machine = _machine()
+    os.makedirs(OUTPUT, exist_ok=True)
+    write_json(os.path.join(OUTPUT, "backbones.json"), {"machine": machine, "rounds": args.rounds, **results})
+    text = report(results, args.rounds, machine)
+    write_text(os.path.join(OUTPUT, "backbones.md"), text)
+    ratios = {
+        BACKBONES.get(name, name): runtimes["tflite_fp32"]["batch1_ms"]
+        / runtimes["onnxruntime_timm"]["batch1_ms"]
+        for name, runtimes in results.items()
+    }
+    print(json.dumps({label: round(ratio, 3) for label, ratio in ratios.items()}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
