@@ -112,12 +112,13 @@ def _from_transformers(config, source, families, preprocessor):
     labels = config.get("id2label") or {}
     names = [labels[key] for key in sorted(labels, key=int)]
     classifies = any(name.endswith(("ForImageClassification", "WithTeacher")) for name in heads)
+    arguments = family.hub().transformers_arguments(config, source, transformers_input_size(preprocessor))
+    # A layout's own head (CLIP's projection) whatever its labels say; else the classifier's.
+    num_classes = arguments.pop("num_classes", len(names) if classifies else 0)
     return HubModel(
         name=model_type,
-        arguments=dict(
-            family.hub().transformers_arguments(config, source), **transformers_transform(preprocessor)
-        ),
-        num_classes=len(names) if classifies else 0,
+        arguments=dict(arguments, **transformers_transform(preprocessor)),
+        num_classes=num_classes,
         class_names=None if not names or all(DEFAULT_LABEL.fullmatch(n) for n in names) else names,
         image_mean=list(preprocessor.get("image_mean", DEFAULT_MEAN)),
         image_std=list(preprocessor.get("image_std", DEFAULT_STD)),
@@ -139,6 +140,17 @@ def transformers_transform(preprocessor):
         crop_mode=mode,
         interpolation=_PIL_RESAMPLE.get(resample, f"Pillow filter {resample}"),
     )
+
+
+def transformers_input_size(preprocessor):
+    """The (height, width) a transformers image processor gives: its centre crop's when it crops,
+    else its resize's; None when it says neither (no processor, or a shortest edge alone)."""
+    size = preprocessor.get("crop_size") if preprocessor.get("do_center_crop") else preprocessor.get("size")
+    if isinstance(size, int):
+        return (size, size)
+    if not size or "height" not in size:
+        return None
+    return (size["height"], size["width"])
 
 
 def nearest_architecture(found):

@@ -22,10 +22,11 @@ def timm_arguments(model_args, defaults, source):
         raise ValueError(f"{reason}.") from None
 
 
-def transformers_arguments(config, source):
+def transformers_arguments(config, source, input_size=None):
     """A transformers `DINOv3ViTConfig` as an Eva's architecture: separate q/k/v (timm's
     `EvaAttention` when the key has no bias, `AttentionRope` when it has), DINOv3's rotary
-    embedding, LayerScale, registers, [cls] pooling."""
+    embedding, LayerScale, registers, [cls] pooling. `input_size` is not read: rotary tables fit
+    any size, and the config's is the model's."""
     gated = bool(config.get("use_gated_mlp", False))
     activation = config.get("hidden_act", "gelu")
     biases_kept = config.get("proj_bias", True) and config.get("mlp_bias", True)

@@ -39,8 +39,9 @@ def timm_arguments(model_args, defaults, source):
     return {TIMM_ARGUMENTS[k]: v for k, v in model_args.items() if TIMM_ARGUMENTS.get(k)}
 
 
-def transformers_arguments(config, source):
-    """A transformers `SwinConfig` as a Swin's architecture."""
+def transformers_arguments(config, source, input_size=None):
+    """A transformers `SwinConfig` as a Swin's architecture (at its config's size: `input_size`,
+    the image processor's, is not read)."""
     if config.get("hidden_act", "gelu") != "gelu":
         raise ValueError(
             f"{source} uses the {config['hidden_act']!r} activation; keras-vit's Swin uses gelu."

@@ -29,8 +29,9 @@ POSITION_BIASES = (None, "mlp", "table")
 # timm's ResNetV2 of the hybrid ViTs or MobileCLIP's `ConvStem` (`keras_vit.model.vit.stems`).
 STEMS = (None, "resnetv2", "convstem")
 # How position embeddings are resampled to another grid: timm's antialiased bicubic, or, as timm
-# loads FlexiViT's and RADIO's, bilinear (RADIO-B/H v3: with aligned corners).
-INTERPOLATIONS = ("bicubic", "bilinear", "bilinear_aligned")
+# loads FlexiViT's and RADIO's, bilinear (RADIO-B/H v3: with aligned corners), or as transformers'
+# DINOv2, SigLIP and CLIP resample theirs, bicubic without antialiasing.
+INTERPOLATIONS = ("bicubic", "bilinear", "bilinear_aligned", "bicubic_no_antialias")
 # MobileCLIP's ConvStem: kernel = stride of its three convolutions.
 CONVSTEM_STRIDES = (4, 2, 2)
 # timm's ResNetV2 stage widths (a bottleneck's output; its middle is a quarter of it) and stem.

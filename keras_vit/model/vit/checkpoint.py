@@ -1,5 +1,5 @@
 """The ViT family's checkpoints: timm's keys, and the other layouts turned into them
-(Hugging Face transformers' ViT and DeiT, Google's `.npz` files).
+(Hugging Face transformers' ViT, DeiT, DINOv2, SigLIP and CLIP, Google's `.npz` files).
 
 `keras_vit.model.weights` reads the files and assigns; this module says which timm key goes
 to which variable, in which layout (`keras_vit.model.state`).
@@ -28,6 +28,8 @@ def canonical(state, source):
         return _mobileclip_to_timm(state)
     if any("/" in key for key in state):
         return _npz_to_timm(state, source)
+    if any(k.endswith(_CLIP_KEY) for k in state):
+        return _clip_to_timm(state)
     if any(k.endswith("embeddings.cls_token") for k in state):
         return _transformers_to_timm(state)
     return state
@@ -97,9 +99,16 @@ def _encoder(model):
     return model.get_layer("patch_encoder")
 
 
-# Hugging Face transformers' ViT names (hub files use the first form, transformers 5's
-# modules the second), as regular expressions over the key without its "vit." prefix.
+# Hugging Face transformers' ViT, DeiT and DINOv2 names (hub files use the first form,
+# transformers 5's modules the second), as regular expressions over the key without its "vit."
+# prefix.
 _TRANSFORMERS_RENAMES = [
+    (r"^embeddings\.register_tokens$", "reg_token"),  # Dinov2WithRegisters
+    (r"^(?:encoder\.layer|layers)\.(\d+)\.layer_scale([12])\.lambda1$", r"blocks.\1.ls\2.gamma"),
+    (r"^(?:encoder\.layer|layers)\.(\d+)\.norm([12])\.", r"blocks.\1.norm\2."),
+    # DINOv2's MLP, and its SwiGLU (gate and value in one `weights_in`: timm's SwiGLUPacked)
+    (r"^(?:encoder\.layer|layers)\.(\d+)\.mlp\.(?:fc1|weights_in)\.", r"blocks.\1.mlp.fc1."),
+    (r"^(?:encoder\.layer|layers)\.(\d+)\.mlp\.(?:fc2|weights_out)\.", r"blocks.\1.mlp.fc2."),
     (r"^embeddings\.cls_token$", "cls_token"),
     (r"^embeddings\.distillation_token$", "dist_token"),  # DeiT
     (r"^embeddings\.position_embeddings$", "pos_embed"),
@@ -161,16 +170,90 @@ def _mobileclip_to_timm(state):
 
 def _transformers_to_timm(state):
     """Converts a transformers `ViTModel` / `ViTForImageClassification` (or DeiT's
-    `DeiTForImageClassificationWithTeacher`) state dict to timm's."""
+    `DeiTForImageClassificationWithTeacher`, `Dinov2Model`, `Dinov2WithRegistersModel`) state
+    dict to timm's; the mask token (pretraining's) left out."""
+    renamed = _renamed(
+        {k: v for k, v in state.items() if k != "embeddings.mask_token"},
+        r"^(?:vit|deit)\.",
+        _TRANSFORMERS_RENAMES,
+    )
+    if "reg_token" in renamed:
+        _fold_class_position(renamed)
+    return _fused_qkv(renamed)
+
+
+def _renamed(state, prefix, renames):
+    """`state` with `prefix` dropped from its keys and the first of `renames` that matches applied."""
     renamed = {}
     for key, value in state.items():
-        key = re.sub(r"^(?:vit|deit)\.", "", key)
-        for pattern, replacement in _TRANSFORMERS_RENAMES:
+        key = re.sub(prefix, "", key)
+        for pattern, replacement in renames:
             key, count = re.subn(pattern, replacement, key)
             if count:
                 break
         renamed[key] = value
-    # Separate query, key and value projections become timm's fused qkv.
+    return renamed
+
+
+def _fold_class_position(state):
+    """DINOv2 with registers as timm's `_convert_dinov2` takes it: the registers have no position
+    embedding and the [cls] token's is added to it, so the embeddings are the patches' alone
+    (`no_embed_class`)."""
+    if "pos_embed" not in state or "cls_token" not in state:
+        return  # the missing key is reported by name when the state is assigned
+    position = np.asarray(state["pos_embed"])
+    state["cls_token"] = np.asarray(state["cls_token"]) + position[:, :1]
+    state["pos_embed"] = position[:, 1:]
+
+
+# transformers' CLIP and SigLIP vision towers (`CLIPVisionModel`, `SiglipVisionModel`, the
+# `vision_model` of `CLIPModel` and `SiglipModel`), as regular expressions over the key without
+# its "vision_model." prefix; SigLIP's attention-pooling head (`head.*`) is timm's `attn_pool`.
+_CLIP_KEY = "embeddings.patch_embedding.weight"
+_CLIP_RENAMES = [
+    (r"^embeddings\.class_embedding$", "cls_token"),
+    (r"^embeddings\.position_embedding\.weight$", "pos_embed"),
+    (r"^embeddings\.patch_embedding\.", "patch_embed.proj."),
+    (r"^pre_layrnorm\.", "norm_pre."),
+    (r"^post_layernorm\.", "norm."),
+    (r"^encoder\.layers\.(\d+)\.layer_norm([12])\.", r"blocks.\1.norm\2."),
+    (r"^encoder\.layers\.(\d+)\.self_attn\.([qkv]_proj)\.", r"blocks.\1.attn.\2."),
+    (r"^encoder\.layers\.(\d+)\.self_attn\.out_proj\.", r"blocks.\1.attn.proj."),
+    (r"^encoder\.layers\.(\d+)\.mlp\.", r"blocks.\1.mlp."),
+    (r"^head\.probe$", "attn_pool.latent"),
+    (r"^head\.attention\.out_proj\.", "attn_pool.proj."),
+    (r"^head\.layernorm\.", "attn_pool.norm."),
+    (r"^head\.mlp\.", "attn_pool.mlp."),
+    (r"^visual_projection\.", "head."),  # CLIPModel's projection to the joint embedding
+]
+# What a two-tower checkpoint holds beside the image tower: the text tower and the logit scale.
+_TEXT_TOWER = re.compile(r"^(?:text_model\.|text_projection\.|logit_scale$|logit_bias$)")
+
+
+def _clip_to_timm(state):
+    """A transformers CLIP or SigLIP vision tower in timm's keys, as timm's CLIP and SigLIP image
+    towers have them: the [cls] embedding and position table as tokens, the attention-pooling
+    head's fused query/key/value split into timm's `q` and `kv`, CLIP's bias-free projection the
+    head with a zero bias."""
+    state = _renamed(
+        {k: v for k, v in state.items() if not _TEXT_TOWER.match(k)}, r"^vision_model\.", _CLIP_RENAMES
+    )
+    if "cls_token" in state:
+        state["cls_token"] = np.asarray(state["cls_token"]).reshape(1, 1, -1)
+    if "pos_embed" in state:
+        state["pos_embed"] = np.asarray(state["pos_embed"])[None]
+    for kind in ("weight", "bias"):
+        fused = state.pop(f"head.attention.in_proj_{kind}", None)
+        if fused is not None:
+            width = fused.shape[0] // 3
+            state[f"attn_pool.q.{kind}"], state[f"attn_pool.kv.{kind}"] = fused[:width], fused[width:]
+    if "head.weight" in state and "head.bias" not in state:
+        state["head.bias"] = np.zeros(state["head.weight"].shape[0], np.float32)
+    return _fused_qkv(state)
+
+
+def _fused_qkv(renamed):
+    """Separate query, key and value projections as timm's fused qkv."""
     names = {"query": "q_proj", "key": "k_proj", "value": "v_proj"}
     for key in [k for k in renamed if re.fullmatch(r"blocks\.\d+\.attn\.(query|q_proj)\.(weight|bias)", k)]:
         block, _, kind = key.rsplit(".", 2)

@@ -40,8 +40,50 @@ _NOT_IN_TIMM = (
 _SAME_KIND = ("distillation_token", "mlp", "block", "attention", "stem", "stem_depths")
 # LayerNorm epsilons this close give the same logits to well under 1e-4.
 _SAME_EPSILON = 1e-6
-# transformers' model types of the family.
-TRANSFORMERS_TYPES = ("vit", "deit")
+# transformers' model types of the family (`model_type` in a repo's config.json), each read by its
+# own reader below: ViT and DeiT, DINOv2 (with registers), SigLIP's and CLIP's vision towers.
+TRANSFORMERS_TYPES = (
+    "vit",
+    "deit",
+    "dinov2",
+    "dinov2_with_registers",
+    "siglip_vision_model",
+    "siglip",
+    "clip_vision_model",
+    "clip",
+)
+# transformers' activations (`hidden_act`) by keras-vit's names.
+_TRANSFORMERS_ACTIVATIONS = {
+    "gelu": "gelu",
+    "gelu_pytorch_tanh": "gelu_tanh",
+    "gelu_new": "gelu_tanh",
+    "quick_gelu": "quick_gelu",
+    "silu": "silu",
+    "swish": "silu",
+}
+# transformers' defaults for what a config.json leaves out (repos written by older versions keep
+# only what differs from them): Dinov2Config, Dinov2WithRegistersConfig, SiglipVisionConfig,
+# CLIPVisionConfig.
+_DINOV2_DEFAULTS = dict(
+    hidden_size=768, num_hidden_layers=12, num_attention_heads=12, num_channels=3, image_size=224,
+    patch_size=14, hidden_act="gelu", layer_norm_eps=1e-6, mlp_ratio=4, qkv_bias=True,
+    layerscale_value=1.0, use_swiglu_ffn=False,
+)  # fmt: skip
+_DINOV2_REGISTERS_DEFAULTS = dict(_DINOV2_DEFAULTS, patch_size=16, num_register_tokens=4)
+_SIGLIP_DEFAULTS = dict(
+    hidden_size=768, intermediate_size=3072, num_hidden_layers=12, num_attention_heads=12,
+    num_channels=3, image_size=224, patch_size=16, hidden_act="gelu_pytorch_tanh",
+    layer_norm_eps=1e-6, vision_use_head=True,
+)  # fmt: skip
+_CLIP_DEFAULTS = dict(
+    hidden_size=768, intermediate_size=3072, num_hidden_layers=12, num_attention_heads=12,
+    num_channels=3, image_size=224, patch_size=32, hidden_act="quick_gelu", layer_norm_eps=1e-5,
+    projection_dim=512,
+)  # fmt: skip
+# How transformers resamples each type's position embeddings to another grid (its
+# `interpolate_pos_encoding`): Dinov2, SigLIP and CLIP with PyTorch's bicubic without
+# antialiasing, Dinov2WithRegisters with it (timm's, "bicubic").
+_PLAIN_BICUBIC = "bicubic_no_antialias"
 
 
 def timm_arguments(model_args, defaults, source):
@@ -63,8 +105,25 @@ def timm_arguments(model_args, defaults, source):
     return arguments
 
 
-def transformers_arguments(config, source):
-    """A transformers ViT or DeiT `config.json` as a ViT's architecture."""
+def transformers_arguments(config, source, input_size=None):
+    """A transformers `config.json` of the family's types as a ViT's architecture, each with its
+    library's meaning of the output. `input_size`: the (height, width) the repo's image processor
+    gives, which transformers runs the DINOv2, SigLIP and CLIP towers at (their position
+    embeddings resampled as transformers resamples them); a ViT or DeiT keeps its config's size.
+    An argument `num_classes` is the head the layout has whatever its labels (CLIP's projection)."""
+    model_type = config["model_type"]
+    heads, readable = config.get("architectures") or [], _MODELS.get(model_type)
+    if readable and heads and not set(heads) & set(readable):
+        raise ValueError(
+            f"{source} holds a transformers {', '.join(heads)}; keras-vit reads "
+            f"{' and '.join(readable)} of the {model_type!r} type: save that model's "
+            f"backbone with save_pretrained and load the folder."
+        )
+    return _READERS[model_type](config, source, input_size)
+
+
+def _vit(config, source, input_size):
+    """transformers' ViT and DeiT: the [cls] token after the final norm, into the classifier."""
     if config.get("hidden_act", "gelu") != "gelu":
         raise ValueError(f"{source} uses the {config['hidden_act']!r} activation; keras-vit's ViT uses gelu.")
     heads = config.get("architectures") or []
@@ -85,6 +144,112 @@ def transformers_arguments(config, source):
         layer_norm_epsilon=config.get("layer_norm_eps", 1e-12),
         distillation_token=distilled,
     )
+
+
+def _tower(config, defaults, source, input_size):
+    """What every transformers vision tower shares: its size (the processor's when given),
+    width, depth, heads and LayerNorm epsilon."""
+    config = {**defaults, **config}
+    activation = config["hidden_act"]
+    if activation not in _TRANSFORMERS_ACTIVATIONS:
+        raise ValueError(
+            f"{source} uses the {activation!r} activation; keras-vit's ViT reads "
+            f"{', '.join(sorted(_TRANSFORMERS_ACTIVATIONS))}."
+        )
+    return config, dict(
+        image_size=list(input_size) if input_size else config["image_size"],
+        patch_size=config["patch_size"],
+        hidden_dim=config["hidden_size"],
+        depth=config["num_hidden_layers"],
+        num_heads=config["num_attention_heads"],
+        channels=config["num_channels"],
+        layer_norm_epsilon=config["layer_norm_eps"],
+        activation=_TRANSFORMERS_ACTIVATIONS[activation],
+    )
+
+
+def _dinov2(config, source, input_size):
+    """transformers' Dinov2Model: LayerScale, its SwiGLU (`use_swiglu_ffn`: timm's packed one, a
+    width of two thirds rounded up to 8), `pooler_output` the [cls] token after the final norm."""
+    registers = config["model_type"] == "dinov2_with_registers"
+    defaults = _DINOV2_REGISTERS_DEFAULTS if registers else _DINOV2_DEFAULTS
+    config, arguments = _tower(config, defaults, source, input_size)
+    width = int(config["hidden_size"] * config["mlp_ratio"])
+    swiglu = bool(config["use_swiglu_ffn"])
+    if swiglu:
+        width = 2 * ((int(width * 2 / 3) + 7) // 8 * 8)  # fc1 holds the gate and the value
+    return dict(
+        arguments,
+        mlp_dim=width,
+        mlp="swiglu_packed" if swiglu else "mlp",
+        activation="silu" if swiglu else arguments["activation"],
+        qkv_bias=config["qkv_bias"],
+        layer_scale=config["layerscale_value"],
+        # registers take no position embedding, and the [cls] token's is folded into it (timm's
+        # `_convert_dinov2`): the position embeddings are the patches' alone
+        register_tokens=config["num_register_tokens"] if registers else 0,
+        cls_position_embedding=not registers,
+        position_embedding_interpolation="bicubic" if registers else _PLAIN_BICUBIC,
+        pooling="token",
+    )
+
+
+def _siglip(config, source, input_size):
+    """transformers' SiglipVisionModel (and SiglipModel's vision tower): no [cls], the final norm
+    on every token, `pooler_output` the attention-pooling head's (timm's `AttentionPoolLatent`);
+    without a head (`vision_use_head=False`) every token is kept (its `last_hidden_state`)."""
+    config, arguments = _tower(config.get("vision_config", config), _SIGLIP_DEFAULTS, source, input_size)
+    return dict(
+        arguments,
+        mlp_dim=config["intermediate_size"],
+        class_token=False,
+        pooling="map" if config["vision_use_head"] else "none",
+        position_embedding_interpolation=_PLAIN_BICUBIC,
+    )
+
+
+def _clip(config, source, input_size):
+    """transformers' CLIPVisionModel (`pooler_output`: the [cls] token after `post_layernorm`) and
+    CLIPModel's vision tower with its `visual_projection` as the head (`image_embeds` before
+    CLIPModel divides them by their norm), as timm's CLIP image towers: a LayerNorm before the
+    blocks (`pre_layrnorm`), no patch bias."""
+    projected = config["model_type"] == "clip" or "CLIPVisionModelWithProjection" in (
+        config.get("architectures") or []
+    )
+    config_top = config
+    config, arguments = _tower(config.get("vision_config", config), _CLIP_DEFAULTS, source, input_size)
+    arguments = dict(
+        arguments,
+        mlp_dim=config["intermediate_size"],
+        pre_norm=True,
+        pooling="token",
+        position_embedding_interpolation=_PLAIN_BICUBIC,
+    )
+    if projected:
+        arguments["num_classes"] = config_top.get("projection_dim", config["projection_dim"])
+    return arguments
+
+
+# The transformers classes of each new type whose layout and output keras-vit reads (a
+# classifier or a backbone of the same type has other heads).
+_MODELS = {
+    "dinov2": ("Dinov2Model",),
+    "dinov2_with_registers": ("Dinov2WithRegistersModel",),
+    "siglip_vision_model": ("SiglipVisionModel",),
+    "siglip": ("SiglipModel",),
+    "clip_vision_model": ("CLIPVisionModel", "CLIPVisionModelWithProjection"),
+    "clip": ("CLIPModel",),
+}
+_READERS = {
+    "vit": _vit,
+    "deit": _vit,
+    "dinov2": _dinov2,
+    "dinov2_with_registers": _dinov2,
+    "siglip_vision_model": _siglip,
+    "siglip": _siglip,
+    "clip_vision_model": _clip,
+    "clip": _clip,
+}
 
 
 def timm_model_args(config, named, architecture):

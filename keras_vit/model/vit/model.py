@@ -139,8 +139,9 @@ class ViT(FamilyModel):
             (timm's `scale_mlp_norm`).
         position_embedding_interpolation: how a checkpoint's position embeddings are resampled
             to another patch grid, and `resize_model`'s: `"bicubic"` (default; timm's, antialiased),
-            `"bilinear"` (no antialiasing: timm's for FlexiViT and RADIO) or `"bilinear_aligned"`
-            (aligned corners too: RADIO-B/H v3's).
+            `"bilinear"` (no antialiasing: timm's for FlexiViT and RADIO), `"bilinear_aligned"`
+            (aligned corners too: RADIO-B/H v3's) or `"bicubic_no_antialias"` (PyTorch's bicubic
+            without antialiasing: transformers' DINOv2, SigLIP and CLIP).
         distillation_token: bool, default False. DeiT's distilled layout: a second
             prefix token with its own head (`head_dist`); the model returns the mean of
             both heads' logits, as timm does at inference (`distilled_heads` gives each).

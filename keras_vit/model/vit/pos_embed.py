@@ -5,7 +5,9 @@ calls PyTorch's antialiased bicubic interpolation: the PIL filter, a cubic
 kernel with a = -0.5, widened when shrinking, with weights renormalised at
 the borders. FlexiViT's and RADIO's checkpoints are resampled as timm resamples
 them instead: bilinear without antialiasing ("bilinear"), RADIO-B/H v3's with
-aligned corners ("bilinear_aligned"). It is written in NumPy so that loading
+aligned corners ("bilinear_aligned"). transformers' DINOv2, SigLIP and CLIP resample theirs
+with PyTorch's bicubic without antialiasing (a cubic kernel with a = -0.75, borders
+replicated: "bicubic_no_antialias"). It is written in NumPy so that loading
 weights needs neither PyTorch nor a TensorFlow graph.
 """
 
@@ -56,9 +58,26 @@ def _linear_matrix(in_size, out_size, align_corners=False):
     return matrix
 
 
+def _plain_cubic_matrix(in_size, out_size):
+    """The (out_size, in_size) matrix of PyTorch's 1-D bicubic interpolation without
+    antialiasing (`interpolate(mode="bicubic", align_corners=False)`): four taps of the a = -0.75
+    kernel around each source position, the indices clamped to the borders."""
+    matrix = np.zeros((out_size, in_size), dtype=np.float64)
+    scale = in_size / out_size
+    for i in range(out_size):
+        source = (i + 0.5) * scale - 0.5
+        start = math.floor(source)
+        weights = _cubic(np.arange(start - 1, start + 3) - source, a=-0.75)
+        for tap, weight in zip(range(start - 1, start + 3), weights, strict=True):
+            matrix[i, min(max(tap, 0), in_size - 1)] += weight
+    return matrix
+
+
 def _matrix(in_size, out_size, interpolation):
     if interpolation == "bicubic":
         return _resize_matrix(in_size, out_size)
+    if interpolation == "bicubic_no_antialias":
+        return _plain_cubic_matrix(in_size, out_size)
     return _linear_matrix(in_size, out_size, align_corners=interpolation == "bilinear_aligned")
 
 
@@ -77,7 +96,8 @@ def resample_position_embeddings(
     """Resamples `(1, prefix + rows * cols, dim)` position embeddings to `new_grid`.
 
     The prefix ([cls]) embeddings are kept; the grid part is resized with
-    antialiased bicubic interpolation, or `interpolation` ("bilinear", "bilinear_aligned").
+    antialiased bicubic interpolation, or `interpolation` ("bilinear", "bilinear_aligned",
+    "bicubic_no_antialias").
     `old_grid` defaults to a square grid.
     """
     pos_embed = np.asarray(pos_embed)
