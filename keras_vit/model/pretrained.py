@@ -5,7 +5,8 @@
 A name is one of:
 - `arch`: timm's default tag for an architecture keras-vit builds (`vit_base_patch16_224`);
 - `arch.tag`: one of timm's tags for it (`deit3_small_patch16_224.fb_in22k_ft_in1k`);
-- `hf-hub:org/repo[@revision]`: any timm or transformers ViT/DeiT repo on the hub;
+- `hf-hub:org/repo[@revision]`: any timm repo of a family's, or a transformers one of the types
+  the families read (ViT, DeiT, DINOv2, SigLIP, CLIP, Swin, DINOv3) on the hub;
 - `local-dir:/path`: a folder in the same layout (`save_pretrained` writes one).
 
 The known tags, with their repo, input size and label set, are a table
