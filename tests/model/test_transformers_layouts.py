@@ -113,17 +113,21 @@ def _repo(kind):
     return "tests/transformers-" + kind.replace(" ", "-")
 
 
+# Parameters set far from their initial values: norms, LayerScales, registers and the probe would
+# be the identity or nothing, and position tables small enough to hide a wrong resampling kernel.
+PERTURBED = ("norm", "lambda1", "register", "probe", "class_embedding", "position")
+
+
 @pytest.fixture(scope="module")
 def references():
-    """Each kind's transformers model (random, its norms, LayerScales, registers and probe
-    perturbed so that none is the identity), written once as a hub repo."""
+    """Each kind's transformers model (random, `PERTURBED` too), written once as a hub repo."""
     built = {}
     for i, (kind, (make, processor, *_)) in enumerate(KINDS.items()):
         torch.manual_seed(i)
         model = make().eval()
         with torch.no_grad():
             for key, parameter in model.named_parameters():
-                if any(part in key for part in ("norm", "lambda1", "register", "probe", "class_embedding")):
+                if any(part in key for part in PERTURBED):
                     parameter.copy_(torch.randn_like(parameter) * 0.5 + (1 if "weight" in key else 0))
         folder = HUB.repo_folder(_repo(kind))
         shutil.rmtree(folder, ignore_errors=True)
