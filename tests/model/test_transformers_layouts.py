@@ -277,3 +277,26 @@ def test_a_checkpoint_missing_a_key_names_it(references, hub_cache):
     save_file(state, weights, metadata={"format": "pt"})
     with pytest.raises(CheckpointMismatchError, match="norm_pre.weight"):
         keras_vit.create_model("hf-hub:tests/transformers-clip-truncated", pretrained=True)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_training_from_a_transformers_repo_builds_its_architecture(kind, references, hub_cache):
+    """`keras-vit train --weights hf-hub:...` builds the nearest named architecture with what the
+    repo's says otherwise: every part the same as the loaded model's (no hybrid stem or other
+    part of the named one left over)."""
+    from keras_vit.model import registry
+    from keras_vit.model.vit.architecture import ARGUMENTS, Architecture
+    from keras_vit.training.config import TrainConfig
+
+    config = TrainConfig(dataset="unused", weights=f"hf-hub:{_repo(kind)}").resolved()
+    trained = dict(registry.get_model_config(config.model), **config.overrides)
+    loaded = keras_vit.create_model(f"hf-hub:{_repo(kind)}", pretrained=True).get_config()
+    trained, loaded = (
+        Architecture(**{key: arguments[key] for key in ARGUMENTS if key in arguments}).config()
+        for arguments in (trained, loaded)
+    )
+    own = {"num_classes", "class_names", "include_top", "image_size", "image_mean", "image_std", "license"}
+    differ = {key for key in ARGUMENTS if key not in own and trained[key] != loaded[key]}
+    assert not differ, {key: (trained[key], loaded[key]) for key in sorted(differ)}
+    assert config.image_size == loaded["image_size"][0]
+    np.testing.assert_allclose(config.image_mean, MEAN)

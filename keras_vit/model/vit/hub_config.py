@@ -2,7 +2,10 @@
 ViT's arguments, and a ViT's arguments as timm's `model_args` (`keras_vit.model.hub_config`
 reads and writes the rest of a repo's config)."""
 
+import dataclasses
+
 from keras_vit.model.vit import FAMILY, timm_args
+from keras_vit.model.vit.architecture import Architecture
 from keras_vit.model.vit.configs import MODEL_CONFIGS
 
 # A ViT's arguments timm's `model_args` write as they are (the rest: `timm_model_args`).
@@ -80,6 +83,20 @@ _CLIP_DEFAULTS = dict(
     num_channels=3, image_size=224, patch_size=32, hidden_act="quick_gelu", layer_norm_eps=1e-5,
     projection_dim=512,
 )  # fmt: skip
+# The parts a tower has unless its reader says otherwise, all spelt out: training builds the
+# nearest named architecture and overrides what differs, so no part of that one (a hybrid stem, a
+# relative position bias) may stay because a reader left it unsaid.
+_PLAIN_PARTS = {
+    field.name: field.default
+    for field in dataclasses.fields(Architecture)
+    if field.name
+    in (
+        "pooling", "representation_size", "layer_scale", "cls_position_embedding",
+        "distillation_token", "class_token", "register_tokens", "norm_before_pooling", "qkv_bias",
+        "proj_bias", "pre_norm", "final_norm", "mlp", "block", "attention", "scale_attention_norm",
+        "scale_mlp_norm", "position_bias", "shared_position_bias", "stem", "stem_depths",
+    )
+}  # fmt: skip
 # How transformers resamples each type's position embeddings to another grid (its
 # `interpolate_pos_encoding`): Dinov2, SigLIP and CLIP with PyTorch's bicubic without
 # antialiasing, Dinov2WithRegisters with it (timm's, "bicubic").
@@ -157,6 +174,7 @@ def _tower(config, defaults, source, input_size):
             f"{', '.join(sorted(_TRANSFORMERS_ACTIVATIONS))}."
         )
     return config, dict(
+        _PLAIN_PARTS,
         image_size=list(input_size) if input_size else config["image_size"],
         patch_size=config["patch_size"],
         hidden_dim=config["hidden_size"],
