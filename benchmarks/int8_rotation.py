@@ -260,6 +260,11 @@ def main():
         "--skip-full-int8", action="store_true", help="no converter model (for a sensitivity run)"
     )
     parser.add_argument("--output", default="int8_rotation.json")
+    parser.add_argument(
+        "--save-tflite",
+        default=None,
+        help="a folder: the original's fp32 model and each variant's full-integer one go there",
+    )
     arguments = parser.parse_args()
 
     model = keras_vit.create_model(MODEL, pretrained=True)
@@ -274,6 +279,10 @@ def main():
         "fp32_accuracy": float((reference.argmax(1) == labels).mean()),
         "variants": {},
     }
+    if arguments.save_tflite:
+        os.makedirs(arguments.save_tflite, exist_ok=True)
+        with open(os.path.join(arguments.save_tflite, "original_fp32.tflite"), "wb") as file:
+            file.write(fp32(load_classifier(model)))
     variants = {}
     for name in filter(None, arguments.variants.split(",")):
         if name == "original":
@@ -304,6 +313,11 @@ def main():
             result["ranges"] = ranges(variant, calibration_images[: arguments.range_images])
             result["fp32_ops"] = op_counts(fp32(classifier))
             int8 = full_int8(classifier, calibration_images)
+            if arguments.save_tflite:
+                os.makedirs(arguments.save_tflite, exist_ok=True)
+                slug = "".join(c if c.isalnum() else "_" for c in name)[:60].strip("_")
+                with open(os.path.join(arguments.save_tflite, f"{slug}_int8.tflite"), "wb") as file:
+                    file.write(int8)
             result["int8_ops"] = op_counts(int8)
             result["int8_float_ops"] = len(tflite_graph.float_ops(int8))
             predicted, milliseconds = tflite_probabilities(int8, images)

@@ -34,10 +34,10 @@ def cpu():
     return fields.get("Model name", "").strip(), wanted
 
 
-def interpreter(path):
+def interpreter(path, threads=None):
     from ai_edge_litert.interpreter import Interpreter
 
-    model = Interpreter(model_path=path)
+    model = Interpreter(model_path=path, num_threads=threads)
     model.allocate_tensors()
     for given in model.get_input_details():
         model.set_tensor(given["index"], np.zeros(given["shape"], given["dtype"]))
@@ -45,9 +45,40 @@ def interpreter(path):
     return model
 
 
-def alternate(paths, rounds=5, runs=20):
+def delegation(model):
+    """`(ops XNNPACK took, ops left to LiteRT's own kernels, XNNPACK partitions)` of an allocated
+    interpreter: LiteRT appends one DELEGATE node per partition it handed to XNNPACK; an op
+    belongs to a partition when it lies between that node's inputs and outputs (it reads what
+    the partition's inputs feed, and what it writes reaches the partition's outputs)."""
+    ops = model._get_ops_details()
+    original = [op for op in ops if op["op_name"] != "DELEGATE"]
+    delegates = [op for op in ops if op["op_name"] == "DELEGATE"]
+    producer = {int(t): op["index"] for op in original for t in op["outputs"]}
+    consumers = {}
+    for op in original:
+        for t in op["inputs"]:
+            consumers.setdefault(int(t), []).append(op)
+    taken = set()
+    for node in delegates:
+        below, stack = set(), [int(t) for t in node["inputs"]]
+        while stack:  # ops reading, directly or not, the partition's inputs
+            for op in consumers.get(stack.pop(), []):
+                if op["index"] not in below:
+                    below.add(op["index"])
+                    stack.extend(int(t) for t in op["outputs"])
+        above, stack = set(), [int(t) for t in node["outputs"]]
+        while stack:  # ops whose writes reach the partition's outputs
+            index = producer.get(stack.pop())
+            if index is not None and index not in above:
+                above.add(index)
+                stack.extend(int(t) for t in ops[index]["inputs"] if t >= 0)
+        taken |= below & above
+    return len(taken), len(original) - len(taken), len(delegates)
+
+
+def alternate(paths, rounds=5, runs=20, threads=None):
     """`{path: [ms of each invocation]}`, the models taking turns every `runs` invocations."""
-    models = {path: interpreter(path) for path in paths}
+    models = {path: interpreter(path, threads) for path in paths}
     times = {path: [] for path in paths}
     for _ in range(rounds):
         for path, model in models.items():
@@ -63,10 +94,18 @@ def main():
     parser.add_argument("models", nargs="+", help=".tflite files; the first is the reference")
     parser.add_argument("--rounds", type=int, default=5, help="rounds of turns")
     parser.add_argument("--runs", type=int, default=20, help="invocations of each model per turn")
+    parser.add_argument("--threads", type=int, default=None, help="LiteRT's num_threads (default: its own)")
     args = parser.parse_args()
     name, flags = cpu()
     print(f"CPU: {name}; flags: {' '.join(flags) or 'no int8 dot-product flags'}\n")
-    times = alternate(args.models, args.rounds, args.runs)
+    print("| model | ops XNNPACK took | ops outside it | XNNPACK partitions |")
+    print("|---|---|---|---|")
+    for path in args.models:
+        print(
+            f"| {os.path.basename(path)} | {' | '.join(map(str, delegation(interpreter(path, args.threads))))} |"
+        )
+    print()
+    times = alternate(args.models, args.rounds, args.runs, args.threads)
     first = float(np.median(times[args.models[0]]))
     print("| model | batch-1 ms (median) | x first |")
     print("|---|---|---|")
