@@ -101,9 +101,8 @@ def main():
     print("| model | ops XNNPACK took | ops outside it | XNNPACK partitions |")
     print("|---|---|---|---|")
     for path in args.models:
-        print(
-            f"| {os.path.basename(path)} | {' | '.join(map(str, delegation(interpreter(path, args.threads))))} |"
-        )
+        counts = delegation(interpreter(path, args.threads))
+        print(f"| {os.path.basename(path)} | {' | '.join(map(str, counts))} |")
     print()
     times = alternate(args.models, args.rounds, args.runs, args.threads)
     first = float(np.median(times[args.models[0]]))
