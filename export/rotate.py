@@ -294,8 +294,7 @@ class TokenScaledBlock(TransformerBlock):
         return (x, scores) if return_attention_scores else x
 
     def _split_mlp(self, x, factors):
-        kernel1, bias1 = (keras.ops.convert_to_numpy(w) for w in self.fc1.weights)
-        kernel2, bias2 = (keras.ops.convert_to_numpy(w) for w in self.fc2.weights)
+        kernel1, bias1, kernel2, bias2 = self.split_weights
         rest = np.setdiff1d(np.arange(kernel1.shape[1]), self.units)
 
         def hidden(columns):
@@ -350,4 +349,8 @@ def with_massive_tokens(copy, tokens, block, scale=1 / 32, units=()):
         layer.token_factors = factors
         layer.first_scaled = i == block
         layer.units = np.asarray(units if i == block else (), int)
+        # read now, eagerly: the split MLP is traced into the export's graph with them as constants
+        layer.split_weights = [
+            keras.ops.convert_to_numpy(w) for w in (*layer.fc1.weights, *layer.fc2.weights)
+        ]
     return copy

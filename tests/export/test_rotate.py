@@ -197,3 +197,34 @@ def test_massive_tokens_scaled_fit_one_int8_scale_with_the_others():
         assert steps(plain, block) < 3  # the massive tokens take the scale
         assert steps(scaled, block) > 8 * steps(plain, block)
     np.testing.assert_allclose(_probabilities(scaled, images), _probabilities(model, images), atol=1e-5)
+
+
+def test_massive_tokens_and_units_convert_to_a_full_integer_tflite_model():
+    import tensorflow as tf
+
+    from keras_vit.export import tflite, tflite_graph
+    from keras_vit.inference.classifier import load_classifier
+
+    images = _images()
+
+    def full_integer(model):
+        with tempfile.TemporaryDirectory() as folder:
+            converter = tflite._converter(load_classifier(model), folder)
+            converter.optimizations = [tf.lite.Optimize.DEFAULT]
+            converter.representative_dataset = lambda: ([image[None]] for image in images)
+            converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+            flatbuffer = converter.convert()
+        assert tflite_graph.float_ops(flatbuffer) == []
+        return [name for name, _, _ in tflite_graph.ops(flatbuffer)]
+
+    model = _random_vit(depth=2)
+    plain = full_integer(rotate.rotated_copy(model, norm="l2"))
+    copy = rotate.with_massive_tokens(rotate.rotated_copy(model, norm="l2"), [1, 5], block=0, units=[3, 7])
+    names = full_integer(copy)
+
+    # the split MLP: fc1 and fc2 twice in block 0; the scales: MULs in both blocks
+    def matmuls(found):
+        return found.count("FULLY_CONNECTED") + found.count("BATCH_MATMUL")
+
+    assert matmuls(names) == matmuls(plain) + 2
+    assert names.count("MUL") >= plain.count("MUL") + 4
