@@ -252,6 +252,11 @@ def main():
         action="store_true",
         help="with --token-scales-from: that block's massive MLP units scaled per token too",
     )
+    parser.add_argument(
+        "--per-head-attention",
+        action="store_true",
+        help="with --token-scales-from: each head's matmuls and softmax its own ops (its own scales)",
+    )
     parser.add_argument("--sensitivity-images", type=int, default=300)
     parser.add_argument(
         "--only-one", action="store_true", help="with --sensitivity: also each op group alone in int8"
@@ -302,6 +307,8 @@ def main():
         name = f"rotated (l2), tokens {tokens.tolist()} / 32 from block {block}"
         name += f", MLP units {units.tolist()} split" if len(units) else ""
         variants[name] = rotate.with_massive_tokens(copy, tokens, block, units=units)
+        if arguments.per_head_attention:
+            variants[f"{name}, per-head attention"] = rotate.with_per_head_attention(variants.pop(name))
     for name, variant in variants.items():
         start = time.perf_counter()
         result = {}

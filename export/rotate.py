@@ -26,8 +26,9 @@ token outlier: four corner tokens at 40 times the others' size, which no channel
 
 import keras
 import numpy as np
+from keras import ops
 
-from keras_vit.model.vit.layers import TransformerBlock
+from keras_vit.model.vit.layers import MultiHeadSelfAttention, TransformerBlock
 from keras_vit.model.vit.model import ViT
 
 NORMS = ("rms", "l2", "layer")
@@ -353,4 +354,35 @@ def with_massive_tokens(copy, tokens, block, scale=1 / 32, units=()):
         layer.split_weights = [
             keras.ops.convert_to_numpy(w) for w in (*layer.fc1.weights, *layer.fc2.weights)
         ]
+    return copy
+
+
+class PerHeadAttention(MultiHeadSelfAttention):
+    """The same attention with each head's `q k^T`, softmax and `p v` as ops of their own, so that
+    a full-integer model gives each head its own int8 scales for its logits, probabilities, keys
+    and values (one per-tensor scale over every head otherwise). Float-exact: the same products."""
+
+    def call(self, x, training=None, return_attention_scores=False, position_bias=None):
+        if position_bias is not None or self.rel_pos is not None or return_attention_scores:
+            return super().call(x, training, return_attention_scores, position_bias)
+        q, k, v = ops.split(self.qkv(x), 3, axis=-1)
+        outputs = []
+        for head in range(self.num_heads):
+            part = slice(head * self.head_dim, (head + 1) * self.head_dim)
+            scores = ops.matmul(
+                q[..., part] * ops.cast(self.scale, x.dtype), ops.transpose(k[..., part], (0, 2, 1))
+            )
+            outputs.append(ops.matmul(ops.softmax(scores, axis=-1), v[..., part]))
+        out = ops.concatenate(outputs, axis=-1)
+        return self.dropout_layer(self.proj(self._scale_norm(out)), training=training)
+
+
+def with_per_head_attention(copy):
+    """`copy` (changed in place and returned) with every block's attention a `PerHeadAttention`."""
+    for block in copy.blocks:
+        if type(block.attention) is not MultiHeadSelfAttention:
+            raise UnsupportedModelError(
+                f"Per-head attention rewrites MultiHeadSelfAttention; got {type(block.attention).__name__}."
+            )
+        block.attention.__class__ = PerHeadAttention
     return copy

@@ -228,3 +228,12 @@ def test_massive_tokens_and_units_convert_to_a_full_integer_tflite_model():
 
     assert matmuls(names) == matmuls(plain) + 2
     assert names.count("MUL") >= plain.count("MUL") + 4
+
+
+@pytest.mark.parametrize("norm", ["l2", "layer"])
+def test_per_head_attention_gives_the_same_probabilities(norm):
+    model = _random_vit(depth=2)
+    images = _images()
+    copy = rotate.with_per_head_attention(rotate.rotated_copy(model, norm=norm))
+    assert isinstance(copy.blocks[1].attention, rotate.PerHeadAttention)
+    np.testing.assert_allclose(_probabilities(copy, images), _probabilities(model, images), atol=1e-5)
