@@ -215,7 +215,11 @@ def sensitivity(classifier, norm, calibration_images, images, reference, only=Fa
                 rows.append((f"only {group} int8", quantize.with_bits(rules, 8)))
     found = []
     for name, rules in rows:
-        model = quantize.quantize(calibration.float_model, rules, calibration.ranges)
+        try:
+            model = quantize.quantize(calibration.float_model, rules, calibration.ranges)
+        except ValueError as error:  # an op the quantizer has no int8 kernel for (L2_NORMALIZATION)
+            found.append({"recipe": name, "unsupported": str(error)})
+            continue
         predicted, _ = tflite_probabilities(model, images)
         found.append(
             {
