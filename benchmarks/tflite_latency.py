@@ -47,32 +47,23 @@ def interpreter(path, threads=None):
 
 def delegation(model):
     """`(ops XNNPACK took, ops left to LiteRT's own kernels, XNNPACK partitions)` of an allocated
-    interpreter: LiteRT appends one DELEGATE node per partition it handed to XNNPACK; an op
-    belongs to a partition when it lies between that node's inputs and outputs (it reads what
-    the partition's inputs feed, and what it writes reaches the partition's outputs)."""
+    interpreter: LiteRT appends one DELEGATE node per partition it handed to XNNPACK; the
+    partition's ops are those found walking back from the node's outputs to its inputs."""
     ops = model._get_ops_details()
     original = [op for op in ops if op["op_name"] != "DELEGATE"]
     delegates = [op for op in ops if op["op_name"] == "DELEGATE"]
     producer = {int(t): op["index"] for op in original for t in op["outputs"]}
-    consumers = {}
-    for op in original:
-        for t in op["inputs"]:
-            consumers.setdefault(int(t), []).append(op)
     taken = set()
     for node in delegates:
-        below, stack = set(), [int(t) for t in node["inputs"]]
-        while stack:  # ops reading, directly or not, the partition's inputs
-            for op in consumers.get(stack.pop(), []):
-                if op["index"] not in below:
-                    below.add(op["index"])
-                    stack.extend(int(t) for t in op["outputs"])
-        above, stack = set(), [int(t) for t in node["outputs"]]
-        while stack:  # ops whose writes reach the partition's outputs
-            index = producer.get(stack.pop())
-            if index is not None and index not in above:
-                above.add(index)
-                stack.extend(int(t) for t in ops[index]["inputs"] if t >= 0)
-        taken |= below & above
+        inputs = {int(t) for t in node["inputs"]}
+        stack = [int(t) for t in node["outputs"]]
+        while stack:
+            tensor = stack.pop()
+            index = producer.get(tensor)
+            if tensor in inputs or index is None or index in taken:
+                continue
+            taken.add(index)
+            stack.extend(int(t) for t in ops[index]["inputs"] if t >= 0)
     return len(taken), len(original) - len(taken), len(delegates)
 
 
