@@ -19,6 +19,9 @@ the model remove them before quantisation, and leave the float graph's probabili
   (`rotation(keep_mean=True)`), stays the LayerNorm it was.
 
 `rotated_copy` makes the rewritten model; the user's model (and `model.keras`) is not touched.
+On the copy, `with_massive_tokens` carries the stream's massive tokens (found by `massive_tokens`)
+at a smaller scale from a block on and splits that block's massive MLP units (`massive_units`),
+and `with_per_head_attention` gives each head its own ops; both float-exact.
 What it buys a full-integer TFLite model, and what it does not (the ViT-Ti's outlier is also a
 token outlier: four corner tokens at 40 times the others' size, which no channel rotation moves):
 `benchmarks/int8_rotation.py`, docs/benchmarks/int8.md (fifth pass).
