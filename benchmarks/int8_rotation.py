@@ -15,7 +15,11 @@ QuaRot's randomised Hadamard with RMSNorms; "l2": the same with one L2_NORMALIZA
 4. `--sensitivity`: everything int8, then each op group in turn left in float (ai-edge-quantizer,
    the ranges calibrated once: `export.quantize`), on the first `--sensitivity-images` scored photos;
 5. `--token-scales-from B`: an experiment on the l2 copy, the tokens the stream makes massive
-   (`rotate.massive_tokens`) scaled down from block B on (`rotate.with_massive_tokens`).
+   (`rotate.massive_tokens`) scaled down from block B on (`rotate.with_massive_tokens`);
+   `--split-massive-units` splits that block's massive MLP units too, `--per-head-attention`
+   gives each head its own ops (`rotate.with_per_head_attention`);
+6. `--only-one` (with `--sensitivity`): each op group alone in int8 too; `--skip-full-int8` leaves
+   out step 3; `--save-tflite DIR` writes the original's fp32 model and each full-integer one.
 
     unzip ../shared/datasets/imagenette2_224_val.zip -d /tmp/imagenette
     HF_HUB_OFFLINE=1 python benchmarks/int8_rotation.py --dataset /tmp/imagenette/imagenette2_224/val \\
