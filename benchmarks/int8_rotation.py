@@ -15,7 +15,11 @@ QuaRot's randomised Hadamard with RMSNorms; "l2": the same with one L2_NORMALIZA
 4. `--sensitivity`: everything int8, then each op group in turn left in float (ai-edge-quantizer,
    the ranges calibrated once: `export.quantize`), on the first `--sensitivity-images` scored photos;
 5. `--token-scales-from B`: an experiment on the l2 copy, the tokens the stream makes massive
-   (`massive_tokens`) scaled down from block B on (`with_token_scales`).
+   (`rotate.massive_tokens`) scaled down from block B on (`rotate.with_massive_tokens`);
+   `--split-massive-units` splits that block's massive MLP units too, `--per-head-attention`
+   gives each head its own ops (`rotate.with_per_head_attention`);
+6. `--only-one` (with `--sensitivity`): each op group alone in int8 too; `--skip-full-int8` leaves
+   out step 3; `--save-tflite DIR` writes the original's fp32 model and each full-integer one.
 
     unzip ../shared/datasets/imagenette2_224_val.zip -d /tmp/imagenette
     HF_HUB_OFFLINE=1 python benchmarks/int8_rotation.py --dataset /tmp/imagenette/imagenette2_224/val \\
@@ -193,9 +197,10 @@ def norm_groups(norm):
     return {}
 
 
-def sensitivity(classifier, norm, calibration_images, images, reference):
+def sensitivity(classifier, norm, calibration_images, images, reference, only=False):
     """Top-1 agreement with everything int8 (ai-edge-quantizer), then with each op group left in
-    float: the cheap form of a per-op sensitivity check."""
+    float (and with `only`, each op group alone in int8): the cheap form of a per-op sensitivity
+    check."""
     from keras_vit.model.registry import family_of
 
     calibration = tflite.Calibration(classifier, calibration_images, "uint8")
@@ -210,9 +215,15 @@ def sensitivity(classifier, norm, calibration_images, images, reference):
             rows.append(
                 (f"everything int8 but {group} (float)", (*quantize.INT8, *quantize.with_bits(rules, None)))
             )
+            if only:
+                rows.append((f"only {group} int8", quantize.with_bits(rules, 8)))
     found = []
     for name, rules in rows:
-        model = quantize.quantize(calibration.float_model, rules, calibration.ranges)
+        try:
+            model = quantize.quantize(calibration.float_model, rules, calibration.ranges)
+        except ValueError as error:  # an op the quantizer has no int8 kernel for (L2_NORMALIZATION)
+            found.append({"recipe": name, "unsupported": str(error)})
+            continue
         predicted, _ = tflite_probabilities(model, images)
         found.append(
             {
@@ -223,64 +234,6 @@ def sensitivity(classifier, norm, calibration_images, images, reference):
         )
         print(json.dumps(found[-1]), flush=True)
     return found
-
-
-def massive_tokens(model, images, block):
-    """The tokens whose root mean square after `block` exceeds 10 on most `images` (timm's ViT-Ti:
-    the four corner patches, from block 7 on, at about 40 where the others are about 1)."""
-    stream = keras.Model(model.inputs, model.blocks[block].output)([images])
-    rms = np.sqrt((keras.ops.convert_to_numpy(stream) ** 2).mean(-1))
-    return np.flatnonzero(np.median(rms, axis=0) > 10)
-
-
-def massive_units(copy, images, block, limit=32.0):
-    """The hidden units of `block`'s MLP whose GELU output exceeds `limit` on `images` (timm's
-    ViT-Ti, block 7: one unit, at up to 212, which writes the corner tokens' massive values)."""
-    layer = copy.blocks[block]
-    x = keras.Model(copy.inputs, copy.blocks[block - 1].output)([images])
-    x = x + layer.attention(layer.norm1(x))
-    hidden = keras.ops.convert_to_numpy(layer.fc1(layer.norm2(x)))  # fc1 carries the GELU
-    return np.flatnonzero(np.abs(hidden).max((0, 1)) > limit)
-
-
-def with_token_scales(copy, tokens, block, scale=1 / 32, units=()):
-    """An experiment, not an export: the stream's `tokens` multiplied by `scale` from the end of
-    `block` on (one MUL there, one on each later write: their norms do not see it, so the float
-    model is unchanged), so that one per-tensor int8 scale no longer has to hold them. With
-    `units`, `block`'s MLP is split in two: those hidden units (fc1's columns, fc2's rows) are
-    scaled per token before their own fc2, so the massive write is small before it is int8."""
-    import tensorflow as tf
-
-    factors = np.ones((1, copy.blocks[0].input.shape[1], 1), np.float32)
-    factors[0, tokens] = scale
-    factors = tf.constant(factors)
-    first = copy.blocks[block]
-    kernel1, bias1 = (keras.ops.convert_to_numpy(w) for w in first.fc1.weights)
-    kernel2, bias2 = (keras.ops.convert_to_numpy(w) for w in first.fc2.weights)
-    rest = np.setdiff1d(np.arange(kernel1.shape[1]), units)
-
-    units = np.asarray(units, int)
-
-    def split(x):
-        def hidden(columns):
-            return first.fc1.activation(tf.matmul(x, kernel1[:, columns]) + bias1[columns])
-
-        kept = factors * (tf.matmul(hidden(rest), kernel2[rest]) + bias2)
-        return kept + tf.matmul(factors * hidden(units), kernel2[units])
-
-    for i, layer in enumerate(copy.blocks[block:], start=block):
-
-        def forward(x, training=None, return_attention_scores=False, layer=layer, first=i == block):
-            attended = layer.attention(layer.norm1(x))
-            x = x + (attended if first else factors * attended)
-            if first and len(units):
-                return factors * x + split(layer.norm2(x))
-            y = layer._mlp(layer.norm2(x))
-            x = x + (y if first else factors * y)
-            return factors * x if first else x
-
-        layer._forward = forward
-    return copy
 
 
 def main():
@@ -307,8 +260,24 @@ def main():
         action="store_true",
         help="with --token-scales-from: that block's massive MLP units scaled per token too",
     )
+    parser.add_argument(
+        "--per-head-attention",
+        action="store_true",
+        help="with --token-scales-from: each head's matmuls and softmax its own ops (its own scales)",
+    )
     parser.add_argument("--sensitivity-images", type=int, default=300)
+    parser.add_argument(
+        "--only-one", action="store_true", help="with --sensitivity: also each op group alone in int8"
+    )
+    parser.add_argument(
+        "--skip-full-int8", action="store_true", help="no converter model (for a sensitivity run)"
+    )
     parser.add_argument("--output", default="int8_rotation.json")
+    parser.add_argument(
+        "--save-tflite",
+        default=None,
+        help="a folder: the original's fp32 model and each variant's full-integer one go there",
+    )
     arguments = parser.parse_args()
 
     model = keras_vit.create_model(MODEL, pretrained=True)
@@ -323,6 +292,10 @@ def main():
         "fp32_accuracy": float((reference.argmax(1) == labels).mean()),
         "variants": {},
     }
+    if arguments.save_tflite:
+        os.makedirs(arguments.save_tflite, exist_ok=True)
+        with open(os.path.join(arguments.save_tflite, "original_fp32.tflite"), "wb") as file:
+            file.write(fp32(load_classifier(model)))
     variants = {}
     for name in filter(None, arguments.variants.split(",")):
         if name == "original":
@@ -331,39 +304,47 @@ def main():
             variants[f"rotated ({name})"] = rotate.rotated_copy(model, seed=arguments.seed, norm=name)
     if arguments.token_scales_from is not None:
         block = arguments.token_scales_from
-        tokens = massive_tokens(model, calibration_images[:32], block)
-        print("massive tokens", tokens.tolist(), flush=True)
         copy = rotate.rotated_copy(model, seed=arguments.seed, norm="l2")
+        tokens = rotate.massive_tokens(copy, calibration_images[:32], block)
+        print("massive tokens", tokens.tolist(), flush=True)
         units = (
-            massive_units(copy, calibration_images[:32], block)
+            rotate.massive_units(copy, calibration_images[:32], block)
             if arguments.split_massive_units
-            else np.array([])
+            else np.array([], int)
         )
         name = f"rotated (l2), tokens {tokens.tolist()} / 32 from block {block}"
         name += f", MLP units {units.tolist()} split" if len(units) else ""
-        variants[name] = with_token_scales(copy, tokens, block, units=units)
+        variants[name] = rotate.with_massive_tokens(copy, tokens, block, units=units)
+        if arguments.per_head_attention:
+            variants[f"{name}, per-head attention"] = rotate.with_per_head_attention(variants.pop(name))
     for name, variant in variants.items():
         start = time.perf_counter()
         result = {}
         probabilities = reference if variant is model else keras_probabilities(variant, images)
         result["float_max_abs_diff"] = float(np.abs(probabilities - reference).max())
         result["float_agreement"] = float((probabilities.argmax(1) == reference.argmax(1)).mean())
-        result["ranges"] = ranges(variant, calibration_images[: arguments.range_images])
         classifier = load_classifier(variant)
-        result["fp32_ops"] = op_counts(fp32(classifier))
-        int8 = full_int8(classifier, calibration_images)
-        result["int8_ops"] = op_counts(int8)
-        result["int8_float_ops"] = len(tflite_graph.float_ops(int8))
-        predicted, milliseconds = tflite_probabilities(int8, images)
-        result["int8_agreement"] = float((predicted.argmax(1) == reference.argmax(1)).mean())
-        result["int8_accuracy"] = float((predicted.argmax(1) == labels).mean())
-        result["int8_max_abs_diff"] = float(np.abs(predicted - reference).max())
-        result["int8_ms_per_image"] = milliseconds
+        if not arguments.skip_full_int8:
+            result["ranges"] = ranges(variant, calibration_images[: arguments.range_images])
+            result["fp32_ops"] = op_counts(fp32(classifier))
+            int8 = full_int8(classifier, calibration_images)
+            if arguments.save_tflite:
+                os.makedirs(arguments.save_tflite, exist_ok=True)
+                slug = "".join(c if c.isalnum() else "_" for c in name)[:60].strip("_")
+                with open(os.path.join(arguments.save_tflite, f"{slug}_int8.tflite"), "wb") as file:
+                    file.write(int8)
+            result["int8_ops"] = op_counts(int8)
+            result["int8_float_ops"] = len(tflite_graph.float_ops(int8))
+            predicted, milliseconds = tflite_probabilities(int8, images)
+            result["int8_agreement"] = float((predicted.argmax(1) == reference.argmax(1)).mean())
+            result["int8_accuracy"] = float((predicted.argmax(1) == labels).mean())
+            result["int8_max_abs_diff"] = float(np.abs(predicted - reference).max())
+            result["int8_ms_per_image"] = milliseconds
         if arguments.sensitivity:
             count = arguments.sensitivity_images
             norm = name[len("rotated (") :].split(")")[0] if name.startswith("rotated") else "layer"
             result["sensitivity"] = sensitivity(
-                classifier, norm, calibration_images, images[:count], reference[:count]
+                classifier, norm, calibration_images, images[:count], reference[:count], arguments.only_one
             )
         result["seconds"] = time.perf_counter() - start
         report["variants"][name] = result

@@ -34,10 +34,10 @@ def cpu():
     return fields.get("Model name", "").strip(), wanted
 
 
-def interpreter(path):
+def interpreter(path, threads=None):
     from ai_edge_litert.interpreter import Interpreter
 
-    model = Interpreter(model_path=path)
+    model = Interpreter(model_path=path, num_threads=threads)
     model.allocate_tensors()
     for given in model.get_input_details():
         model.set_tensor(given["index"], np.zeros(given["shape"], given["dtype"]))
@@ -45,9 +45,31 @@ def interpreter(path):
     return model
 
 
-def alternate(paths, rounds=5, runs=20):
+def delegation(model):
+    """`(ops XNNPACK took, ops left to LiteRT's own kernels, XNNPACK partitions)` of an allocated
+    interpreter: LiteRT appends one DELEGATE node per partition it handed to XNNPACK; the
+    partition's ops are those found walking back from the node's outputs to its inputs."""
+    ops = model._get_ops_details()
+    original = [op for op in ops if op["op_name"] != "DELEGATE"]
+    delegates = [op for op in ops if op["op_name"] == "DELEGATE"]
+    producer = {int(t): op["index"] for op in original for t in op["outputs"]}
+    taken = set()
+    for node in delegates:
+        inputs = {int(t) for t in node["inputs"]}
+        stack = [int(t) for t in node["outputs"]]
+        while stack:
+            tensor = stack.pop()
+            index = producer.get(tensor)
+            if tensor in inputs or index is None or index in taken:
+                continue
+            taken.add(index)
+            stack.extend(int(t) for t in ops[index]["inputs"] if t >= 0)
+    return len(taken), len(original) - len(taken), len(delegates)
+
+
+def alternate(paths, rounds=5, runs=20, threads=None):
     """`{path: [ms of each invocation]}`, the models taking turns every `runs` invocations."""
-    models = {path: interpreter(path) for path in paths}
+    models = {path: interpreter(path, threads) for path in paths}
     times = {path: [] for path in paths}
     for _ in range(rounds):
         for path, model in models.items():
@@ -63,10 +85,17 @@ def main():
     parser.add_argument("models", nargs="+", help=".tflite files; the first is the reference")
     parser.add_argument("--rounds", type=int, default=5, help="rounds of turns")
     parser.add_argument("--runs", type=int, default=20, help="invocations of each model per turn")
+    parser.add_argument("--threads", type=int, default=None, help="LiteRT's num_threads (default: its own)")
     args = parser.parse_args()
     name, flags = cpu()
     print(f"CPU: {name}; flags: {' '.join(flags) or 'no int8 dot-product flags'}\n")
-    times = alternate(args.models, args.rounds, args.runs)
+    print("| model | ops XNNPACK took | ops outside it | XNNPACK partitions |")
+    print("|---|---|---|---|")
+    for path in args.models:
+        counts = delegation(interpreter(path, args.threads))
+        print(f"| {os.path.basename(path)} | {' | '.join(map(str, counts))} |")
+    print()
+    times = alternate(args.models, args.rounds, args.runs, args.threads)
     first = float(np.median(times[args.models[0]]))
     print("| model | batch-1 ms (median) | x first |")
     print("|---|---|---|")

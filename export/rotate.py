@@ -19,6 +19,9 @@ the model remove them before quantisation, and leave the float graph's probabili
   (`rotation(keep_mean=True)`), stays the LayerNorm it was.
 
 `rotated_copy` makes the rewritten model; the user's model (and `model.keras`) is not touched.
+On the copy, `with_massive_tokens` carries the stream's massive tokens (found by `massive_tokens`)
+at a smaller scale from a block on and splits that block's massive MLP units (`massive_units`),
+and `with_per_head_attention` gives each head its own ops; both float-exact.
 What it buys a full-integer TFLite model, and what it does not (the ViT-Ti's outlier is also a
 token outlier: four corner tokens at 40 times the others' size, which no channel rotation moves):
 `benchmarks/int8_rotation.py`, docs/benchmarks/int8.md (fifth pass).
@@ -26,7 +29,9 @@ token outlier: four corner tokens at 40 times the others' size, which no channel
 
 import keras
 import numpy as np
+from keras import ops
 
+from keras_vit.model.vit.layers import MultiHeadSelfAttention, TransformerBlock
 from keras_vit.model.vit.model import ViT
 
 NORMS = ("rms", "l2", "layer")
@@ -269,3 +274,118 @@ def _layer_norms(model):
     for block in model.blocks:
         found += [block.norm1, block.norm2]
     return found
+
+
+class TokenScaledBlock(TransformerBlock):
+    """A block of a copy whose residual stream carries some tokens scaled (`with_massive_tokens`):
+    the stream is `factors * x`, `factors` one constant per token, so that one per-tensor int8
+    scale holds both the massive tokens and the others. Every later write is scaled the same way
+    (one MUL); the norms are per token and blind to a token's scale, so the readers see what they
+    saw. The first such block scales its own output, and can take its MLP's massive hidden
+    `units` apart (their fc1 columns and fc2 rows), scaled per token before their own fc2, so that
+    no int8 tensor but theirs holds the massive write."""
+
+    def _forward(self, x, training=None, return_attention_scores=False, position_bias=None):
+        factors = keras.ops.cast(self.token_factors, x.dtype)
+        attended, scores = self._attend(self.norm1(x), training, return_attention_scores, position_bias)
+        x = x + (attended if self.first_scaled else factors * attended)
+        if not self.first_scaled:
+            x = x + factors * self._mlp(self.norm2(x), training=training)
+        elif len(self.units):
+            x = factors * x + self._split_mlp(self.norm2(x), factors)
+        else:
+            x = factors * (x + self._mlp(self.norm2(x), training=training))
+        return (x, scores) if return_attention_scores else x
+
+    def _split_mlp(self, x, factors):
+        kernel1, bias1, kernel2, bias2 = self.split_weights
+        rest = np.setdiff1d(np.arange(kernel1.shape[1]), self.units)
+
+        def hidden(columns):
+            return self.fc1.activation(keras.ops.matmul(x, kernel1[:, columns]) + bias1[columns])
+
+        kept = factors * (keras.ops.matmul(hidden(rest), kernel2[rest]) + bias2)
+        return kept + keras.ops.matmul(factors * hidden(self.units), kernel2[self.units])
+
+
+def massive_tokens(model, images, block, ratio=10.0):
+    """The token positions whose root mean square after `block` exceeds `ratio` times the median
+    token's on most of `images` (timm's ViT-Ti, block 7 on: the four corner patches, 1, 14, 183
+    and 196, on 92% of Imagenette photos; docs/benchmarks/int8.md, sixth pass)."""
+    stream = keras.ops.convert_to_numpy(keras.Model(model.inputs, model.blocks[block].output)([images]))
+    rms = np.sqrt((stream.astype(np.float64) ** 2).mean(-1))
+    massive = rms > ratio * np.median(rms, axis=1, keepdims=True)
+    return np.flatnonzero(massive.mean(0) > 0.5)
+
+
+def massive_units(model, images, block, limit=32.0):
+    """The hidden units of `block`'s MLP whose activation exceeds `limit` on `images` (timm's
+    ViT-Ti, block 7: unit 417, up to 212 at the corner tokens, at most 8.1 elsewhere)."""
+    layer = model.blocks[block]
+    x = keras.Model(model.inputs, model.blocks[block - 1].output)([images]) if block else None
+    if x is None:
+        raise ValueError("The massive units are looked for from block 1 on.")
+    x = x + layer.attention(layer.norm1(x))
+    hidden = keras.ops.convert_to_numpy(layer.fc1(layer.norm2(x)))  # fc1 carries the activation
+    return np.flatnonzero(np.abs(hidden).max((0, 1)) > limit)
+
+
+def with_massive_tokens(copy, tokens, block, scale=1 / 32, units=()):
+    """`copy` (a `rotated_copy` with `norm="rms"` or `"l2"`, changed in place and returned) with
+    its stream's `tokens` multiplied by `scale` from the end of `block` on, and `block`'s MLP
+    `units` taken apart (`TokenScaledBlock`). The float model is unchanged (the norms do not see a
+    token's scale; with `L2Norm`, to its epsilon floor)."""
+    if any(
+        isinstance(layer, keras.layers.LayerNormalization) and type(layer) is keras.layers.LayerNormalization
+        for layer in _layer_norms(copy)
+    ):
+        raise ValueError("The token scales need a rotated copy whose norms are RMSNorm or L2Norm.")
+    if copy.architecture.norm_after_pooling and copy.pooling != "token":
+        raise UnsupportedModelError("The token scales need the final norm before an average pooling.")
+    factors = np.ones((1, copy.blocks[0].input.shape[1], 1), np.float32)
+    factors[0, np.asarray(tokens, int)] = scale
+    for i, layer in enumerate(copy.blocks[block:], start=block):
+        if type(layer) is not TransformerBlock:
+            raise UnsupportedModelError(
+                f"The token scales rewrite TransformerBlocks; got {type(layer).__name__}."
+            )
+        layer.__class__ = TokenScaledBlock
+        layer.token_factors = factors
+        layer.first_scaled = i == block
+        layer.units = np.asarray(units if i == block else (), int)
+        # read now, eagerly: the split MLP is traced into the export's graph with them as constants
+        layer.split_weights = [
+            keras.ops.convert_to_numpy(w) for w in (*layer.fc1.weights, *layer.fc2.weights)
+        ]
+    return copy
+
+
+class PerHeadAttention(MultiHeadSelfAttention):
+    """The same attention with each head's `q k^T`, softmax and `p v` as ops of their own, so that
+    a full-integer model gives each head its own int8 scales for its logits, probabilities, keys
+    and values (one per-tensor scale over every head otherwise). Float-exact: the same products."""
+
+    def call(self, x, training=None, return_attention_scores=False, position_bias=None):
+        if position_bias is not None or self.rel_pos is not None or return_attention_scores:
+            return super().call(x, training, return_attention_scores, position_bias)
+        q, k, v = ops.split(self.qkv(x), 3, axis=-1)
+        outputs = []
+        for head in range(self.num_heads):
+            part = slice(head * self.head_dim, (head + 1) * self.head_dim)
+            scores = ops.matmul(
+                q[..., part] * ops.cast(self.scale, x.dtype), ops.transpose(k[..., part], (0, 2, 1))
+            )
+            outputs.append(ops.matmul(ops.softmax(scores, axis=-1), v[..., part]))
+        out = ops.concatenate(outputs, axis=-1)
+        return self.dropout_layer(self.proj(self._scale_norm(out)), training=training)
+
+
+def with_per_head_attention(copy):
+    """`copy` (changed in place and returned) with every block's attention a `PerHeadAttention`."""
+    for block in copy.blocks:
+        if type(block.attention) is not MultiHeadSelfAttention:
+            raise UnsupportedModelError(
+                f"Per-head attention rewrites MultiHeadSelfAttention; got {type(block.attention).__name__}."
+            )
+        block.attention.__class__ = PerHeadAttention
+    return copy

@@ -348,3 +348,22 @@ def test_tflite_latency_times_the_models_in_turns_and_names_the_cpu(tmp_path):
     assert list(times) == paths and all(len(v) == 6 and min(v) > 0 for v in times.values())
     name, flags = tflite_latency.cpu()
     assert isinstance(name, str) and isinstance(flags, list)
+
+
+def test_tflite_latency_counts_the_ops_xnnpack_takes(tmp_path):
+    """An op XNNPACK has no kernel for (float L2_NORMALIZATION) stays outside, cutting the graph
+    in two partitions; the others are taken."""
+    import tensorflow as tf
+    import tflite_latency
+
+    @tf.function(input_signature=[tf.TensorSpec([1, 8], tf.float32)])
+    def model(x):
+        y = tf.math.l2_normalize(tf.nn.relu(x) + 1.0, axis=-1)
+        return tf.nn.relu(y * 3.0 + x)
+
+    path = tmp_path / "l2.tflite"
+    path.write_bytes(
+        tf.lite.TFLiteConverter.from_concrete_functions([model.get_concrete_function()], model).convert()
+    )
+    taken, outside, partitions = tflite_latency.delegation(tflite_latency.interpreter(str(path), 1))
+    assert outside == 1 and partitions == 2 and taken >= 4

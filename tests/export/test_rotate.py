@@ -130,3 +130,110 @@ def test_l2_norms_convert_to_one_integer_tflite_op_each():
     assert names.count("L2_NORMALIZATION") == 3  # norm1, norm2 and the final norm
     assert "RSQRT" not in names and "MEAN" not in names
     assert tflite_graph.float_ops(flatbuffer) == []
+
+
+def _with_massive_tokens(tokens, size=400.0, **arguments):
+    """A tiny random ViT whose stream carries `tokens` (positions) at about `size` times the
+    others' size, the real ViT-Ti's corner tokens in small: a large position embedding there."""
+    model = _random_vit(**{"depth": 3, **arguments})
+    embedding = model.get_layer("patch_encoder").position_embedding
+    value = embedding.numpy()
+    value[..., tokens, :] *= size
+    embedding.assign(value)
+    return model
+
+
+@pytest.mark.parametrize("norm", ["rms", "l2"])
+@pytest.mark.parametrize("units", [(), (3, 40)], ids=["tokens", "tokens-and-units"])
+@pytest.mark.parametrize(
+    "arguments",
+    [{}, {"class_token": False, "register_tokens": 2, "pooling": "gap", "norm_before_pooling": True}],
+    ids=["cls", "gap"],
+)
+def test_massive_tokens_scaled_give_the_same_probabilities(norm, units, arguments):
+    model = _random_vit(depth=3, **arguments)
+    images = _images()
+    copy = rotate.with_massive_tokens(
+        rotate.rotated_copy(model, seed=2, norm=norm), tokens=[1, 5], block=1, units=units
+    )
+    assert isinstance(copy.blocks[2], rotate.TokenScaledBlock)
+    assert not isinstance(model.blocks[2], rotate.TokenScaledBlock)
+    np.testing.assert_allclose(_probabilities(copy, images), _probabilities(model, images), atol=1e-5)
+    stream = keras.Model(copy.inputs, copy.blocks[1].output)([images])
+    unscaled = rotate.rotated_copy(model, seed=2, norm=norm)
+    plain = keras.Model(unscaled.inputs, unscaled.blocks[1].output)([images])
+    rms = np.sqrt((keras.ops.convert_to_numpy(stream) ** 2).mean(-1))
+    original = np.sqrt((keras.ops.convert_to_numpy(plain) ** 2).mean(-1))
+    np.testing.assert_allclose(rms[:, [1, 5]], original[:, [1, 5]] / 32, rtol=1e-4)  # scaled
+    np.testing.assert_allclose(rms[:, [0, 2]], original[:, [0, 2]], rtol=1e-4)  # kept
+
+
+def test_massive_tokens_and_units_are_found_from_the_photos():
+    model = _with_massive_tokens([2, 9])
+    bias = model.blocks[1].fc1.bias
+    bias.assign(bias.numpy() + 100.0 * np.eye(TINY["mlp_dim"])[7])  # hidden unit 7 at about 100
+    model = rotate.rotated_copy(model, norm="l2")
+    images = _images(8)
+    assert rotate.massive_tokens(model, images, block=0).tolist() == [2, 9]
+    assert rotate.massive_units(model, images, 1, limit=32.0).tolist() == [7]
+
+
+def test_massive_tokens_scaled_fit_one_int8_scale_with_the_others():
+    """What the rewrite is for: after it, one per-tensor int8 scale of the stream (its max |x|
+    over 127) leaves the ordinary tokens many steps, where before the massive ones took them."""
+    model = _with_massive_tokens([2, 9], size=1000.0)
+    images = _images(8)
+    plain = rotate.rotated_copy(model, norm="l2")
+    tokens = rotate.massive_tokens(plain, images, block=0)
+    scaled = rotate.with_massive_tokens(rotate.rotated_copy(model, norm="l2"), tokens, block=0)
+
+    def steps(copy, block):  # the ordinary tokens' median RMS in int8 steps of the stream
+        stream = keras.ops.convert_to_numpy(keras.Model(copy.inputs, copy.blocks[block].output)([images]))
+        ordinary = np.delete(stream, tokens, axis=1)
+        return np.median(np.sqrt((ordinary**2).mean(-1))) / (np.abs(stream).max() / 127)
+
+    assert tokens.tolist() == [2, 9]
+    for block in (0, 2):
+        assert steps(plain, block) < 3  # the massive tokens take the scale
+        assert steps(scaled, block) > 8 * steps(plain, block)
+    np.testing.assert_allclose(_probabilities(scaled, images), _probabilities(model, images), atol=1e-5)
+
+
+def test_massive_tokens_and_units_convert_to_a_full_integer_tflite_model():
+    import tensorflow as tf
+
+    from keras_vit.export import tflite, tflite_graph
+    from keras_vit.inference.classifier import load_classifier
+
+    images = _images()
+
+    def full_integer(model):
+        with tempfile.TemporaryDirectory() as folder:
+            converter = tflite._converter(load_classifier(model), folder)
+            converter.optimizations = [tf.lite.Optimize.DEFAULT]
+            converter.representative_dataset = lambda: ([image[None]] for image in images)
+            converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+            flatbuffer = converter.convert()
+        assert tflite_graph.float_ops(flatbuffer) == []
+        return [name for name, _, _ in tflite_graph.ops(flatbuffer)]
+
+    model = _random_vit(depth=2)
+    plain = full_integer(rotate.rotated_copy(model, norm="l2"))
+    copy = rotate.with_massive_tokens(rotate.rotated_copy(model, norm="l2"), [1, 5], block=0, units=[3, 7])
+    names = full_integer(copy)
+
+    # the split MLP: fc1 and fc2 twice in block 0; the scales: MULs in both blocks
+    def matmuls(found):
+        return found.count("FULLY_CONNECTED") + found.count("BATCH_MATMUL")
+
+    assert matmuls(names) == matmuls(plain) + 2
+    assert names.count("MUL") >= plain.count("MUL") + 4
+
+
+@pytest.mark.parametrize("norm", ["l2", "layer"])
+def test_per_head_attention_gives_the_same_probabilities(norm):
+    model = _random_vit(depth=2)
+    images = _images()
+    copy = rotate.with_per_head_attention(rotate.rotated_copy(model, norm=norm))
+    assert isinstance(copy.blocks[1].attention, rotate.PerHeadAttention)
+    np.testing.assert_allclose(_probabilities(copy, images), _probabilities(model, images), atol=1e-5)
