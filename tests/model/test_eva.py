@@ -12,11 +12,14 @@ import timm
 import torch
 from conftest import HUB
 from timm.models import save_for_hf
+from timm_reference import SMALL, reference_kind
+from timm_reference import pixels as _pixels
+from timm_reference import timm_outputs as _timm_outputs
 
 import keras_vit
 
-# Tiny: 2 blocks of width 64, 2 heads (a head of 32: rotary pairs in 4 bands per axis).
-SMALL = dict(depth=2, embed_dim=64, num_heads=2)
+# Tiny (timm_reference.SMALL): 2 blocks of width 64, 2 heads (a head of 32: rotary pairs in 4 bands
+# per axis).
 # (kind, timm tag, model_args beyond SMALL, another image size). The parts each kind brings:
 KINDS = [
     # EVA02: axial RoPE (interleaved pairs, rescaled to a 16x16 grid), packed SwiGLU.
@@ -50,43 +53,30 @@ KINDS = [
 ]  # fmt: skip
 
 
-def _pixels(size, seed=0):
-    height, width = (size, size) if isinstance(size, int) else size
-    return np.random.default_rng(seed).uniform(0, 255, (2, height, width, 3)).astype("float32")
-
-
-def _timm_outputs(model, pixels):
-    config = model.pretrained_cfg
-    x = (pixels / 255 - np.array(config["mean"])) / np.array(config["std"])
-    with torch.no_grad():
-        return model.eval()(torch.from_numpy(x.transpose(0, 3, 1, 2)).float()).numpy()
+def _randomize(reference):
+    """Random LayerScale, biases, norms and head, so each shows in the outputs."""
+    for key, parameter in reference.named_parameters():
+        if key.endswith(("gamma_1", "gamma_2", "latent", "q_bias", "v_bias")) or "norm" in key:
+            parameter.copy_(torch.randn_like(parameter) * 0.5 + (1 if "weight" in key else 0))
+        elif key.startswith("head."):
+            parameter.copy_(torch.randn_like(parameter) * 0.2)
 
 
 @pytest.fixture(scope="module", params=KINDS, ids=[kind for kind, *_ in KINDS])
-def kind(request):
-    """(kind, tag, model_args, other size, timm's tiny model): the repo written once per kind."""
-    name, tag, extra, other_size = request.param
-    model_args = dict(SMALL, **extra)
-    torch.manual_seed(0)
-    reference = timm.create_model(tag, pretrained=False, **model_args)
-    with torch.no_grad():  # random LayerScale, biases, norms and head, so each shows in the outputs
-        for key, parameter in reference.named_parameters():
-            if key.endswith(("gamma_1", "gamma_2", "latent", "q_bias", "v_bias")) or "norm" in key:
-                parameter.copy_(torch.randn_like(parameter) * 0.5 + (1 if "weight" in key else 0))
-            elif key.startswith("head."):
-                parameter.copy_(torch.randn_like(parameter) * 0.2)
-    folder = HUB.repo_folder(f"timm/{tag}")
-    shutil.rmtree(folder, ignore_errors=True)
-    save_for_hf(reference, folder, model_args=model_args)
-    return name, tag, model_args, other_size, reference
+def kind(request, tmp_path_factory):
+    """The kind's repo written once, and keras-vit's model of it at the tag's size loaded once,
+    for every test of the kind (timm_reference.ReferenceKind)."""
+    return reference_kind(request.param, _randomize, tmp_path_factory.mktemp("hub-cache"))
 
 
 def test_a_tag_of_each_kind_gives_timms_outputs_at_its_size_and_another(kind, hub_cache, record_parity):
-    name, tag, _, other_size, reference = kind
-    size = tuple(reference.pretrained_cfg["input_size"][1:])
-    for image_size in (size, other_size):
-        by_timm = timm.create_model(f"hf-hub:timm/{tag}", pretrained=True, img_size=image_size)
-        model = keras_vit.create_model(f"hf-hub:timm/{tag}", pretrained=True, image_size=image_size)
+    for image_size in (kind.size, kind.other_size):
+        by_timm = timm.create_model(kind.hub_name, pretrained=True, img_size=image_size)
+        model = (
+            kind.model
+            if image_size == kind.size
+            else keras_vit.create_model(kind.hub_name, pretrained=True, image_size=image_size)
+        )
         assert model.count_params() == sum(p.numel() for p in by_timm.parameters())
         assert keras_vit.parameter_count(model) == model.count_params()
         pixels = _pixels(image_size)
@@ -95,13 +85,12 @@ def test_a_tag_of_each_kind_gives_timms_outputs_at_its_size_and_another(kind, hu
         assert outputs.shape == expected.shape
         difference = np.abs(outputs - expected).max()
         side = "x".join(map(str, image_size)) if isinstance(image_size, tuple) else image_size
-        record_parity(f"timm {tag.split('.')[0]} (tiny; {name}), {side} px", difference, 1e-4)
+        record_parity(f"timm {kind.tag.split('.')[0]} (tiny; {kind.name}), {side} px", difference, 1e-4)
         assert difference < 1e-4
 
 
 def test_each_kind_survives_a_keras_round_trip_and_num_classes_gives_a_new_head(kind, hub_cache, tmp_path):
-    _, tag, _, _, _ = kind
-    model = keras_vit.create_model(f"hf-hub:timm/{tag}", pretrained=True, num_classes=3)
+    model = keras_vit.create_model(kind.hub_name, pretrained=True, num_classes=3)
     assert model.num_classes == 3 and model.class_names is None
     path = tmp_path / "model.keras"
     model.save(path)
@@ -192,8 +181,7 @@ def test_each_kinds_block_features_are_timms(kind, hub_cache):
     """`forward_intermediates`' patch tokens of every block, through the final norm."""
     from keras_vit.model.features import intermediates
 
-    _, tag, _, _, reference = kind
-    model = keras_vit.create_model(f"hf-hub:timm/{tag}", pretrained=True)
+    model, reference = kind.model, kind.reference
     pixels = _pixels(tuple(model.image_size), seed=4)
     config = reference.pretrained_cfg
     x = torch.from_numpy(
@@ -237,7 +225,8 @@ def test_the_family_declares_what_training_asks(tmp_path):
 @pytest.mark.parametrize("published", ["eva02", "dinov3", "pe core", "rope-vit mixed ape"])
 def test_a_kind_publishes_for_timm_with_the_same_outputs(published, hub_cache, tmp_path):
     """`save_pretrained` writes the architecture and the model_args that timm builds it from."""
-    _, tag, model_args, _ = next(entry for entry in KINDS if entry[0] == published)
+    _, tag, extra, _ = next(entry for entry in KINDS if entry[0] == published)
+    model_args = dict(SMALL, **extra)
     torch.manual_seed(6)
     folder = HUB.repo_folder(f"tests/{tag}")
     shutil.rmtree(folder, ignore_errors=True)

@@ -16,11 +16,14 @@ import timm
 import torch
 from conftest import HUB
 from timm.models import save_for_hf
+from timm_reference import SMALL, reference_kind
+from timm_reference import pixels as _pixels
+from timm_reference import timm_outputs as _timm_outputs
 
 import keras_vit
 
-# Tiny: 2 blocks of width 64 (DINOv2-g's 24 heads would not divide it: 2 heads everywhere).
-SMALL = dict(depth=2, embed_dim=64, num_heads=2)
+# Tiny (timm_reference.SMALL): 2 blocks of width 64 (DINOv2-g's 24 heads would not divide it: 2 heads
+# everywhere).
 # (kind, timm tag, model_args beyond SMALL, another image size). The tags are real timm tags; the
 # kinds are the parts each brings: CLIP (pre-norm, no patch bias, LayerNorm eps 1e-5; OpenAI's
 # quick_gelu), SigLIP (no [cls], attention pooling; SigLIP2's gelu_tanh), DINOv2 (LayerScale,
@@ -76,48 +79,36 @@ KINDS = [
 ]  # fmt: skip
 
 
-def _pixels(size, seed=0):
-    return np.random.default_rng(seed).uniform(0, 255, (2, size, size, 3)).astype("float32")
-
-
-def _timm_outputs(model, pixels):
-    """timm's outputs for [0, 255] pixels, normalised as its pretrained_cfg says."""
-    config = model.pretrained_cfg
-    x = (pixels / 255 - np.array(config["mean"])) / np.array(config["std"])
-    with torch.no_grad():
-        return model.eval()(torch.from_numpy(x.transpose(0, 3, 1, 2)).float()).numpy()
+def _randomize(reference):
+    """Random LayerScale, latent, norms, bias tables and position embeddings, and BatchNorm's
+    running statistics, large enough that each shows in the outputs."""
+    for key, parameter in reference.named_parameters():
+        if key.endswith(("gamma", "latent")) or "norm" in key:
+            parameter.copy_(torch.randn_like(parameter) * 0.5 + (1 if "weight" in key else 0))
+        elif key.endswith(("relative_position_bias_table", "pos_embed", "lambda_q1", "lambda_k1")) or (
+            key.endswith(("lambda_q2", "lambda_k2")) or ".bn." in key
+        ):
+            parameter.copy_(torch.randn_like(parameter) + (1 if key.endswith("bn.weight") else 0))
+    for key, buffer in reference.named_buffers():
+        if key.endswith(("running_mean", "running_var")):
+            buffer.copy_(torch.rand_like(buffer) + (0.5 if key.endswith("var") else -0.5))
 
 
 @pytest.fixture(scope="module", params=KINDS, ids=[kind for kind, *_ in KINDS])
-def kind(request):
-    """(kind, tag, model_args, other size, timm's tiny model): the repo written once per kind."""
-    name, tag, extra, other_size = request.param
-    model_args = dict(SMALL, **extra)
-    torch.manual_seed(0)
-    reference = timm.create_model(tag, pretrained=False, **model_args)
-    with torch.no_grad():  # random LayerScale, latent, norms, bias tables and position embeddings
-        for key, parameter in reference.named_parameters():  # large enough that each shows
-            if key.endswith(("gamma", "latent")) or "norm" in key:
-                parameter.copy_(torch.randn_like(parameter) * 0.5 + (1 if "weight" in key else 0))
-            elif key.endswith(("relative_position_bias_table", "pos_embed", "lambda_q1", "lambda_k1")) or (
-                key.endswith(("lambda_q2", "lambda_k2")) or ".bn." in key
-            ):
-                parameter.copy_(torch.randn_like(parameter) + (1 if key.endswith("bn.weight") else 0))
-        for key, buffer in reference.named_buffers():  # BatchNorm's running statistics
-            if key.endswith(("running_mean", "running_var")):
-                buffer.copy_(torch.rand_like(buffer) + (0.5 if key.endswith("var") else -0.5))
-    folder = HUB.repo_folder(f"timm/{tag}")
-    shutil.rmtree(folder, ignore_errors=True)
-    save_for_hf(reference, folder, model_args=model_args)
-    return name, tag, model_args, other_size, reference
+def kind(request, tmp_path_factory):
+    """The kind's repo written once, and keras-vit's model of it at the tag's size loaded once,
+    for every test of the kind (timm_reference.ReferenceKind)."""
+    return reference_kind(request.param, _randomize, tmp_path_factory.mktemp("hub-cache"))
 
 
 def test_a_timm_tag_of_each_kind_gives_timms_outputs_at_its_size_and_another(kind, hub_cache, record_parity):
-    name, tag, model_args, other_size, reference = kind
-    size = reference.pretrained_cfg["input_size"][-1]
-    for image_size in (size, other_size):
-        by_timm = timm.create_model(f"hf-hub:timm/{tag}", pretrained=True, img_size=image_size)
-        model = keras_vit.create_model(f"hf-hub:timm/{tag}", pretrained=True, image_size=image_size)
+    for image_size in (kind.size, kind.other_size):
+        by_timm = timm.create_model(kind.hub_name, pretrained=True, img_size=image_size)
+        model = (
+            kind.model
+            if image_size == kind.size
+            else keras_vit.create_model(kind.hub_name, pretrained=True, image_size=image_size)
+        )
         # timm's parameters: BatchNorm's running statistics are buffers, not parameters
         trainable = sum(int(np.prod(weight.shape)) for weight in model.trainable_weights)
         assert trainable == sum(p.numel() for p in by_timm.parameters())
@@ -126,22 +117,19 @@ def test_a_timm_tag_of_each_kind_gives_timms_outputs_at_its_size_and_another(kin
         outputs = np.asarray(model(pixels))
         assert outputs.shape == expected.shape
         difference = np.abs(outputs - expected).max()
-        record_parity(f"timm {tag.split('.')[0]} (tiny; {name}), {image_size} px", difference, 1e-4)
+        record_parity(f"timm {kind.tag.split('.')[0]} (tiny; {kind.name}), {image_size} px", difference, 1e-4)
         assert difference < 1e-4
 
 
 def test_a_tag_without_a_classifier_gives_embeddings_and_num_classes_a_new_head(kind, hub_cache):
-    _, tag, _, _, reference = kind
-    model = keras_vit.create_model(f"hf-hub:timm/{tag}", pretrained=True, num_classes=3)
+    model = keras_vit.create_model(kind.hub_name, pretrained=True, num_classes=3)
     assert model.num_classes == 3 and model.class_names is None
     assert np.asarray(model(_pixels(model.image_size[0]))).shape[-1] == 3
-    if reference.num_classes == 0:
-        assert not keras_vit.create_model(f"hf-hub:timm/{tag}", pretrained=True).include_top
+    assert kind.model.include_top == (kind.reference.num_classes > 0)
 
 
-def test_each_kind_survives_a_keras_round_trip(kind, hub_cache, tmp_path):
-    _, tag, _, _, _ = kind
-    model = keras_vit.create_model(f"hf-hub:timm/{tag}", pretrained=True)
+def test_each_kind_survives_a_keras_round_trip(kind, tmp_path):
+    model = kind.model
     path = tmp_path / "model.keras"
     model.save(path)
     restored = keras.models.load_model(path)
@@ -224,9 +212,8 @@ def test_the_tags_keras_vit_resolves_by_name_do_not_drop_and_each_other_one_has_
 
 def test_each_kind_publishes_for_timm_with_the_same_outputs(kind, hub_cache, tmp_path):
     """`save_pretrained` writes the architecture and the model_args that timm builds it from."""
-    _, tag, _, _, reference = kind
-    model = keras_vit.create_model(f"hf-hub:timm/{tag}", pretrained=True)
-    assert model.license == reference.pretrained_cfg["license"]  # carried, as the normalisation is
+    model = kind.model
+    assert model.license == kind.reference.pretrained_cfg["license"]  # carried, as the normalisation is
     folder = pathlib.Path(keras_vit.save_pretrained(model, tmp_path / "published"))
     assert json.loads((folder / "config.json").read_text())["pretrained_cfg"]["license"] == model.license
     by_timm = timm.create_model(f"local-dir:{folder}", pretrained=True)
@@ -240,21 +227,19 @@ def test_each_kinds_block_features_are_timms(kind, hub_cache):
     (measured on an R50 at 384 px: keras-vit's 2e-4, on features of magnitude 20)."""
     from keras_vit.model.features import intermediates
 
-    _, tag, _, _, reference = kind
-    model = keras_vit.create_model(f"hf-hub:timm/{tag}", pretrained=True)
-    pixels = _pixels(model.image_size[0], seed=4)
-    config = reference.pretrained_cfg
+    model, config = kind.model, kind.reference.pretrained_cfg
+    images = _pixels(model.image_size[0], seed=4)
     x = torch.from_numpy(
-        ((pixels / 255 - np.array(config["mean"])) / np.array(config["std"])).transpose(0, 3, 1, 2)
+        ((images / 255 - np.array(config["mean"])) / np.array(config["std"])).transpose(0, 3, 1, 2)
     )
     with torch.no_grad():
         expected = (
-            copy.deepcopy(reference)
+            copy.deepcopy(kind.reference)
             .double()
             .eval()
             .forward_intermediates(x, indices=[0, 1], norm=True, output_fmt="NLC", intermediates_only=True)
         )
-    ours = intermediates(model, pixels, indices=[0, 1], norm=True, output="tokens")
+    ours = intermediates(model, images, indices=[0, 1], norm=True, output="tokens")
     for mine, theirs in zip(ours, expected, strict=True):
         assert np.abs(np.asarray(mine) - theirs.numpy()).max() < 1e-4
 
