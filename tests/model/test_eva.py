@@ -11,12 +11,14 @@ import pytest
 import timm
 import torch
 from conftest import HUB
+from keras import ops
 from timm.models import save_for_hf
 from timm_reference import SMALL, reference_kind
 from timm_reference import pixels as _pixels
 from timm_reference import timm_outputs as _timm_outputs
 
 import keras_vit
+from keras_vit.model.eva.layers import RotaryEmbedding
 
 # Tiny (timm_reference.SMALL): 2 blocks of width 64, 2 heads (a head of 32: rotary pairs in 4 bands
 # per axis).
@@ -287,6 +289,9 @@ def test_timms_train_time_rotary_augmentations_move_positions_in_training_only(k
         rope_type=kind, rope_rotate_half=kind == "dinov3",
     )  # fmt: skip
     plain = keras_vit.Eva(**arguments)
+    # The draws seeded: unseeded, one run in a few dozen drew shifts and scales so near the
+    # identity that the 1-block model's logits moved by under 1e-4 (measured: 2.5e-5 at worst).
+    keras.utils.set_random_seed(3)
     augmented = keras_vit.Eva(
         **arguments, rope_shift_coords=0.5, rope_jitter_coords=1.5, rope_rescale_coords=2.0
     )
@@ -297,3 +302,8 @@ def test_timms_train_time_rotary_augmentations_move_positions_in_training_only(k
     np.testing.assert_allclose(np.asarray(augmented(pixels)), np.asarray(plain(pixels)), atol=1e-6)
     first, second = (np.asarray(augmented(pixels, training=True)) for _ in range(2))
     assert np.abs(first - second).max() > 1e-4 and np.abs(first - np.asarray(plain(pixels))).max() > 1e-4
+    # Where the draws act: the rotary tables themselves move by far more than rounding.
+    (rope,) = [layer for layer in augmented._flatten_layers() if isinstance(layer, RotaryEmbedding)]
+    tokens = ops.zeros((1, 16, 32))
+    moved = np.abs(np.asarray(rope(tokens, training=True)) - np.asarray(rope(tokens, training=False)))
+    assert moved.max() > 1e-2
