@@ -262,23 +262,15 @@ def _check_size(parameters, source, variants):
     `parameters` None: not known yet, nothing checked."""
     if parameters is None:
         return False
-    limit = f"flatbuffers' limit of {_size(FORMAT_SIZE_LIMIT)}"
-    for variant in variants:
+    for variant in variants:  # fp32 always among them, and the largest
         estimate = parameters * BYTES_PER_WEIGHT[variant]
         if estimate > FORMAT_SIZE_LIMIT:
-            smaller = [v for v in QUANTIZATIONS if parameters * BYTES_PER_WEIGHT[v] <= FORMAT_SIZE_LIMIT]
-            hint = (
-                "TFLite always writes fp32 (the quantised variants are made from it)"
-                if variant in ("fp32", "attention")
-                else f"--quantize {','.join(smaller)} fits"
-                if smaller
-                else "no TFLite variant fits"
-            )
             raise ExportTooLargeError(
                 f"{source}: its TFLite {variant} model would be about {_size(estimate)} ({parameters:,} "
-                f"weights x {BYTES_PER_WEIGHT[variant]} bytes), over {limit}, and {hint}: export "
-                f"--format saved_model,onnx (the SavedModel keeps its weights outside the graph; ONNX "
-                f"writes them to external data), or a smaller model."
+                f"weights x {BYTES_PER_WEIGHT[variant]} bytes), over flatbuffers' limit of "
+                f"{_size(FORMAT_SIZE_LIMIT)}, and TFLite always writes fp32 (the quantised variants are "
+                f"made from it): export --format saved_model,onnx (the SavedModel keeps its weights "
+                f"outside its graph, ONNX in external data), or a smaller model."
             )
     return parameters * BYTES_PER_WEIGHT["onnx"] > FORMAT_SIZE_LIMIT
 
