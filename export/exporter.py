@@ -175,6 +175,11 @@ def export_model(
 
     Returns:
         The manifest (also written to `export.json`), with `"verification"`.
+
+    Raises:
+        ExportTooLargeError: a TFLite variant would pass `FORMAT_SIZE_LIMIT` (a pretrained model by
+            name is refused before it is loaded); nothing is written. ONNX over it is written with
+            external data instead.
     """
     _require_tensorflow_backend()
     unknown = [f for f in formats if f not in FORMATS]
