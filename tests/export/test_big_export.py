@@ -71,7 +71,7 @@ def test_a_pretrained_giant_is_refused_by_its_name_in_a_second_without_reading_a
 
 
 def test_onnx_over_the_limit_is_written_with_external_data_and_agrees_with_keras(
-    tiny_model_file, tmp_path, monkeypatch
+    tiny_model_file, tmp_path, monkeypatch, capsys
 ):
     path, parameters = tiny_model_file
     monkeypatch.setattr(exporter, "FORMAT_SIZE_LIMIT", 4 * parameters - 1)
@@ -93,6 +93,9 @@ def test_onnx_over_the_limit_is_written_with_external_data_and_agrees_with_keras
     assert external and {e.value for t in external for e in t.external_data if e.key == "location"} == {
         data_name
     }
+    # `keras-vit verify` reads it again from the export folder.
+    assert main(["verify", folder, "--limit", "10", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["results"]["onnx"]["meets_target"]
     # Read by ONNX Runtime from the folder, as any user would, against Keras.
     size = TINY["image_size"]
     images = np.random.default_rng(0).uniform(0, 255, (4, size, size, 3)).astype("float32")
