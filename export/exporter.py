@@ -13,6 +13,11 @@ Layout under the output folder, one new version per export, never overwritten:
 TF Serving loads only numbered folders, so it ignores `export-<N>`. Each
 export is written into a hidden staging folder and renamed into place, the
 SavedModel last: a crash leaves no half-written version.
+
+Size limits, checked from the parameter count before anything is converted: a SavedModel keeps
+its weights in `variables/`, outside its graph's protobuf, so it has none; ONNX over protobuf's
+2 GiB is written with external data (`model.onnx.data` beside `model.onnx`); a TFLite variant
+over flatbuffers' 2 GiB is refused in one line (`ExportTooLargeError`).
 """
 
 import logging
@@ -31,7 +36,7 @@ from keras_vit.export import metadata, onnx_model, serving, tflite
 from keras_vit.export.verify import format_table, verify_exports, write_report
 from keras_vit.files import DiskFullError, folder_size, is_disk_full, write_bytes, write_json
 from keras_vit.inference.classifier import load_classifier
-from keras_vit.model import registry
+from keras_vit.model import complexity, registry
 from keras_vit.storage.export_folder import (
     BATCHING_FILE,
     DEFAULT_QUANTIZATIONS,
@@ -52,6 +57,20 @@ logger = logging.getLogger(__name__)
 FORMATS = EXPORT_FORMATS
 # The TFLite variants beside fp32 that --quantize picks from.
 QUANTIZATIONS = tuple(v for v in tflite.VARIANTS if v != "fp32")
+# The largest file protobuf (ONNX) and flatbuffers (TFLite) address with their 32-bit offsets.
+FORMAT_SIZE_LIMIT = 2**31
+# Bytes a weight takes in each TFLite variant (the integer ones: int8 weights) and in ONNX (float32).
+BYTES_PER_WEIGHT = {
+    "fp32": 4,
+    "attention": 4,
+    "fp16": 2,
+    **dict.fromkeys(("dynamic", *tflite.INTEGER_VARIANTS), 1),
+    "onnx": 4,
+}
+
+
+class ExportTooLargeError(ValueError):
+    """A format cannot hold the model: refused before any conversion, in one line."""
 
 
 def parse_formats(value):
@@ -156,13 +175,21 @@ def export_model(
 
     Returns:
         The manifest (also written to `export.json`), with `"verification"`.
+
+    Raises:
+        ExportTooLargeError: a TFLite variant would pass `FORMAT_SIZE_LIMIT` (a pretrained model by
+            name is refused before it is loaded); nothing is written. ONNX over it is written with
+            external data instead.
     """
     _require_tensorflow_backend()
     unknown = [f for f in formats if f not in FORMATS]
     if unknown or not formats:
         raise ValueError(f"Unknown export format(s) {unknown}; choose from {', '.join(FORMATS)}.")
     source = os.fspath(source)
+    variants = _tflite_variants(formats, quantize, attention)
+    _check_size(_pretrained_parameters(source), source, variants)  # a giant by name: before loading it
     classifier = load_classifier(source, name)
+    external = _check_size(classifier.model.count_params(), source, variants) and "onnx" in formats
     family = registry.family_of(classifier.model, default=None)  # None: a user's own Keras model
     if attention and not (family and family.has_attention_maps):
         kind = f"a {family.name} model" if family else "not a keras-vit ViT"
@@ -183,10 +210,11 @@ def export_model(
             f"{source} is not a run folder, so its dataset is unknown: pass --dataset (a folder, .zip, "
             f"tfds name or cifar10-mini) for verification and int8 calibration, or --no-verify."
         )
-    variants = _tflite_variants(formats, quantize, attention)
 
     with _Staging(os.path.join(os.fspath(output), classifier.name)) as staging:
-        files = _convert(classifier, staging, formats, variants, spec, int8_input, calibration_images, source)
+        files = _convert(
+            classifier, staging, formats, variants, spec, int8_input, calibration_images, source, external
+        )
         report = None
         if verify:
             report = _verify(classifier, files, spec, verify_images, staging.files, agreement_only=pretrained)
@@ -210,6 +238,46 @@ def _tflite_variants(formats, quantize, attention):
     if "tflite" not in formats:
         return ()
     return ("fp32", *quantize, *(("attention",) if attention else ()))
+
+
+def _pretrained_parameters(source):
+    """The parameter count of a pretrained model named by `source`, from the pretrained table and
+    the family's formula (no weights read); None for a file or a name the table lacks."""
+    from keras_vit.model.pretrained import pretrained_table
+
+    table = pretrained_table()
+    tag = table["defaults"].get(source, source)  # an architecture's name: its default tag
+    entry = table["tags"].get(tag)
+    if entry is None:
+        return None
+    head = {"num_classes": entry["num_classes"]} if entry["num_classes"] else {"include_top": False}
+    return complexity.parameter_count(tag.split(".")[0], image_size=entry["image_size"], **head)
+
+
+def _size(count):
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if count >= scale:
+            return f"{count / scale:.2f} {unit}"
+    return f"{count} bytes"
+
+
+def _check_size(parameters, source, variants):
+    """Refuses a TFLite variant over `FORMAT_SIZE_LIMIT` (`ExportTooLargeError`, naming the
+    estimate and what to do); returns whether ONNX must keep its weights in external data.
+    `parameters` None: not known yet, nothing checked."""
+    if parameters is None:
+        return False
+    for variant in variants:  # fp32 always among them, and the largest
+        estimate = parameters * BYTES_PER_WEIGHT[variant]
+        if estimate > FORMAT_SIZE_LIMIT:
+            raise ExportTooLargeError(
+                f"{source}: its TFLite {variant} model would be about {_size(estimate)} ({parameters:,} "
+                f"weights x {BYTES_PER_WEIGHT[variant]} bytes), over flatbuffers' limit of "
+                f"{_size(FORMAT_SIZE_LIMIT)}, and TFLite always writes fp32 (the quantised variants are "
+                f"made from it): export --format saved_model,onnx (the SavedModel keeps its weights "
+                f"outside its graph, ONNX in external data), or a smaller model."
+            )
+    return parameters * BYTES_PER_WEIGHT["onnx"] > FORMAT_SIZE_LIMIT
 
 
 def _require_tensorflow_backend():
@@ -266,7 +334,7 @@ class _Staging:
             raise DiskFullError(self.published_files, max(written, sum(map(folder_size, last)))) from None
 
 
-def _convert(classifier, staging, formats, variants, spec, int8_input, calibration_images, source):
+def _convert(classifier, staging, formats, variants, spec, int8_input, calibration_images, source, external):
     """Writes every requested file into the staging folder; returns `{kind: path}`."""
     files = {}
     if "saved_model" in formats:
@@ -289,9 +357,9 @@ def _convert(classifier, staging, formats, variants, spec, int8_input, calibrati
         write_bytes(path, metadata.add_metadata(flatbuffer, classifier, description))
         files[f"tflite_{variant}"] = path
     if "onnx" in formats:
-        logger.info("Converting ONNX ...")
+        logger.info("Converting ONNX%s ...", " (over 2 GiB: weights in external data)" if external else "")
         files["onnx"] = os.path.join(staging.files, ONNX_FILE)
-        write_bytes(files["onnx"], onnx_model.convert(classifier))
+        onnx_model.write(classifier, files["onnx"], external_data=external)
     with open(os.path.join(staging.files, LABELS_FILE), "w") as f:
         f.write("".join(f"{label}\n" for label in classifier.class_names))
     return files
@@ -309,6 +377,15 @@ def _choose_tflite(report):
     return recommended_variant(report["results"]) if report else "fp32"
 
 
+def _written(files):
+    """Every file of the export folder that `files` names, the ONNX model's external data included."""
+    for kind, path in files.items():
+        if kind != "saved_model":
+            yield path
+        if kind == "onnx" and os.path.exists(onnx_model.data_file(path)):
+            yield onnx_model.data_file(path)
+
+
 def _manifest(classifier, source, spec, version, formats, variants, files):
     return {
         "name": classifier.name,
@@ -322,7 +399,7 @@ def _manifest(classifier, source, spec, version, formats, variants, files):
         "class_names": classifier.class_names,
         "input": InputContract.of(classifier).description()["input"],
         "saved_model": f"../{version}" if "saved_model" in formats else None,
-        "files": sorted(os.path.basename(p) for kind, p in files.items() if kind != "saved_model"),
+        "files": sorted(os.path.basename(p) for p in _written(files)),
         "tflite_variants": list(variants),
         "keras_vit_version": __version__,
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),

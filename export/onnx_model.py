@@ -1,13 +1,23 @@
-"""ONNX export through tf2onnx, for runtimes outside the TensorFlow family (ONNX Runtime, TensorRT)."""
+"""ONNX export through tf2onnx, for runtimes outside the TensorFlow family (ONNX Runtime, TensorRT).
 
+An ONNX file is one protobuf, which cannot exceed 2 GiB. A larger model (ViT-H and up in float32)
+is written with external data: the graph in `model.onnx`, its weights in `model.onnx.data` beside
+it, which ONNX Runtime reads from the model's folder.
+"""
+
+import contextlib
 import json
+import os
 
 import numpy as np
 import tensorflow as tf
 
+from keras_vit.files import write_bytes
 from keras_vit.storage.export_folder import TRANSFORM_FILE
 
 OPSET = 17
+# Weights go into the external data file at offsets of this multiple, so a runtime can map them.
+EXTERNAL_DATA_ALIGNMENT = 4096
 
 
 def _erfc(ctx, node, name, args):
@@ -20,8 +30,13 @@ def _erfc(ctx, node, name, args):
     node.type = "Sub"
 
 
-def convert(classifier):
-    """Returns the ONNX model's bytes: `images` (batch, H, W, C) pixels in [0, 255] -> `probabilities`."""
+def data_file(path):
+    """The external data file of the ONNX model at `path`: `model.onnx.data` for `model.onnx`."""
+    return f"{os.fspath(path)}.data"
+
+
+def _to_onnx(classifier, large_model):
+    """(the ONNX model proto, tf2onnx's external tensor storage or None)."""
     try:
         import tf2onnx
     except ImportError:
@@ -33,12 +48,72 @@ def convert(classifier):
     def probabilities(images):
         return {"probabilities": classifier.probabilities(images)}
 
-    proto, _ = tf2onnx.convert.from_function(
-        probabilities, input_signature=[spec], opset=OPSET, custom_op_handlers={"Erfc": (_erfc, [])}
-    )
+    with _numpy_product() if large_model else contextlib.nullcontext():
+        proto, storage = tf2onnx.convert.from_function(
+            probabilities,
+            input_signature=[spec],
+            opset=OPSET,
+            custom_op_handlers={"Erfc": (_erfc, [])},
+            large_model=large_model,
+        )
     proto.doc_string = f"{classifier.name}: RGB pixels in [0, 255] -> class probabilities"
     entry = proto.metadata_props.add()
     entry.key, entry.value = "class_names", "\n".join(classifier.class_names)
     entry = proto.metadata_props.add()
     entry.key, entry.value = TRANSFORM_FILE, json.dumps(classifier.transform.config())
+    return proto, storage
+
+
+@contextlib.contextmanager
+def _numpy_product():
+    """tf2onnx 1.17's large-model path calls `np.product`, which NumPy 2 removed: lent for the call."""
+    if hasattr(np, "product"):
+        yield
+        return
+    np.product = np.prod
+    try:
+        yield
+    finally:
+        del np.product
+
+
+def convert(classifier):
+    """Returns the ONNX model's bytes: `images` (batch, H, W, C) pixels in [0, 255] -> `probabilities`."""
+    proto, _ = _to_onnx(classifier, large_model=False)
     return proto.SerializeToString()
+
+
+def write(classifier, path, external_data=False):
+    """Writes the ONNX model to `path`; returns the files written.
+
+    With `external_data`, the weights go to `data_file(path)` beside it (ONNX's external data,
+    offsets aligned to `EXTERNAL_DATA_ALIGNMENT`) and `path` holds the graph alone, so a model
+    over protobuf's 2 GiB is written whole.
+    """
+    if not external_data:
+        write_bytes(path, convert(classifier))
+        return [path]
+    import onnx
+    from onnx.external_data_helper import _get_all_tensors
+
+    proto, storage = _to_onnx(classifier, large_model=True)
+    data_path = data_file(path)
+    offset = 0
+    with open(data_path, "wb") as data:
+        for tensor in _get_all_tensors(proto):
+            if tensor.data_location != onnx.TensorProto.EXTERNAL:
+                continue
+            key = {entry.key: entry.value for entry in tensor.external_data}["location"]
+            blob = storage.name_to_tensor_data.pop(key)  # freed as written: the weights are held once
+            padding = -offset % EXTERNAL_DATA_ALIGNMENT
+            data.write(b"\0" * padding)
+            offset += padding
+            data.write(blob)
+            del tensor.external_data[:]
+            where = {"location": os.path.basename(data_path), "offset": offset, "length": len(blob)}
+            for field, value in where.items():
+                entry = tensor.external_data.add()
+                entry.key, entry.value = field, str(value)
+            offset += len(blob)
+    write_bytes(path, proto.SerializeToString())
+    return [path, data_path]
