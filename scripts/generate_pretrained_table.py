@@ -130,7 +130,7 @@ def _named(key, value):
         return value
     if isinstance(value, (list, tuple)):
         return [_named(key, v) for v in value]
-    if key == "norm_layer":
+    if key in ("norm_layer", "embed_norm_layer"):
         return _norm_layer(value)
     if key == "embed_layer":
         return _embed_layer(value)
@@ -173,6 +173,8 @@ def _norm_layer(value):
     if cls in (timm_norm.LayerNorm, torch.nn.LayerNorm):
         default = 1e-6 if cls is timm_norm.LayerNorm else 1e-5
         return {"name": "layernorm", "eps": keywords.get("eps", default)}
+    if cls is timm_norm.RmsNorm:
+        return {"name": "rmsnorm", "eps": keywords.get("eps", 1e-6)}
     return {"name": getattr(cls, "__name__", repr(cls)), **{k: repr(v) for k, v in keywords.items()}}
 
 

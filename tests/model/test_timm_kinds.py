@@ -73,6 +73,9 @@ KINDS = [
     ("radio, bilinear aligned resampling", "vit_base_patch16_radio_v3.c_radio", {}, 256),
     # BEiT-3's sub-LayerNorms: in the attention before its projection, in the MLP before fc2.
     ("beit3 sub-LayerNorms", "beit3_base_patch16_224.in22k_ft_in1k", {}, 160),
+    # AIMv2: RmsNorm everywhere, one after the patch embedding too (embed_norm_layer), SwiGLU with
+    # silu, no qkv or projection biases, no [cls], the patch mean.
+    ("aimv2 rmsnorm, embed norm, swiglu", "aimv2_large_patch14_224.apple_pt", {}, 168),
 ]  # fmt: skip
 
 
@@ -166,6 +169,7 @@ def test_each_kind_survives_a_keras_round_trip(kind, hub_cache, tmp_path):
         dict(attention="diff", layer_scale=1e-5),
         dict(block="parallel", attention="diff", qkv_bias=False, class_token=False, pooling="gap"),
         dict(scale_attention_norm=True, scale_mlp_norm=True, pooling="gap"),  # BEiT-3
+        dict(norm="rmsnorm", embed_norm=True, mlp="swiglu", activation="silu", pooling="gap"),  # AIMv2
     ],
     ids=[
         "clip",
@@ -179,6 +183,7 @@ def test_each_kind_survives_a_keras_round_trip(kind, hub_cache, tmp_path):
         "diff",
         "parallel-diff",
         "beit3",
+        "aimv2",
     ],
 )
 def test_each_part_exports_to_tflite_with_builtin_ops_only_and_the_same_outputs(parts):
@@ -202,7 +207,7 @@ def test_each_part_exports_to_tflite_with_builtin_ops_only_and_the_same_outputs(
 
 # keras-vit resolved this many of timm 1.0.31's pretrained ViT tags when the coverage script was
 # written (scripts/timm_coverage.py); a change that resolves fewer fails here.
-RESOLVED_AT_LEAST = 335
+RESOLVED_AT_LEAST = 432
 
 
 def test_the_tags_keras_vit_resolves_by_name_do_not_drop_and_each_other_one_has_a_reason():
@@ -275,6 +280,8 @@ def test_each_kinds_block_features_are_timms(kind, hub_cache):
         (dict(position_bias="rope"), r"position_bias must be one of None, 'mlp', 'table', got 'rope'"),
         (dict(shared_position_bias=True), r"shared_position_bias shares a relative position bias"),
         (dict(position_bias="table", register_tokens=1), r"'table' has entries for one \[cls\] token, not 2"),
+        (dict(norm="batchnorm"), r"norm must be one of 'layernorm', 'rmsnorm', got 'batchnorm'"),
+        (dict(norm="rmsnorm", pooling="map"), r"norm='rmsnorm' is AIMv2's norm of pre-norm blocks"),
     ],
 )
 def test_a_wrong_part_is_a_value_error_naming_it_and_the_choices(arguments, message):
@@ -339,6 +346,7 @@ def test_a_tag_by_name_builds_its_own_architecture_from_a_repo_another_tag_share
         "vit_dwee_patch16_reg1_gap_256",
         "vit_dpwee_patch16_reg1_gap_256",
         "beit3_base_patch16_224",
+        "aimv2_large_patch14_224",
     ],
 )
 def test_each_kinds_parameters_and_forward_flops_equal_timms(name):

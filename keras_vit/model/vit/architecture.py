@@ -17,6 +17,9 @@ POOLINGS = ("token", "gap", "map", "none")
 # The MLP's activation (timm's `act_layer`) and kind (timm's `mlp_layer`: Mlp, SwiGLU, SwiGLUPacked).
 ACTIVATIONS = ("gelu", "gelu_tanh", "quick_gelu", "silu")
 MLPS = ("mlp", "swiglu", "swiglu_packed")
+# The norm of the blocks, the final norm and the patch embedding's (timm's `norm_layer`,
+# `embed_norm_layer`): LayerNorm or RmsNorm (AIMv2's).
+NORMS = ("layernorm", "rmsnorm")
 # The block (timm's `block_fn`): pre-norm (`Block`, `RelPosBlock`), post-norm (`ResPostBlock`,
 # `ResPostRelPosBlock`) or attention and MLP in parallel (`ParallelScalingBlock`).
 BLOCKS = ("pre_norm", "res_post", "parallel")
@@ -72,6 +75,10 @@ class Architecture:
     attention_dropout: float = 0.0
     drop_path_rate: float = 0.0
     layer_norm_epsilon: float = 1e-6
+    # The kind of every norm (its epsilon is layer_norm_epsilon), and whether the patch embedding
+    # ends in one, before the position embeddings (timm's `embed_norm_layer`, AIMv2's).
+    norm: str = "layernorm"
+    embed_norm: bool = False
     classifier_activation: str | None = None
     image_mean: list | None = None
     image_std: list | None = None
@@ -134,6 +141,7 @@ class Architecture:
             "shared_position_bias",
             "scale_attention_norm",
             "scale_mlp_norm",
+            "embed_norm",
         ):
             put(name, bool(getattr(self, name)))
         if self.norm_before_pooling is not None:
@@ -160,6 +168,7 @@ class Architecture:
             ("pooling", POOLINGS),
             ("activation", ACTIVATIONS),
             ("mlp", MLPS),
+            ("norm", NORMS),
             ("block", BLOCKS),
             ("attention", ATTENTIONS),
             ("position_bias", POSITION_BIASES),
@@ -192,6 +201,11 @@ class Architecture:
         scale_norms = self.scale_attention_norm or self.scale_mlp_norm
         if self.block == "parallel" and (self.mlp != "mlp" or self.position_bias is not None or scale_norms):
             raise ValueError("block='parallel' has timm's plain MLP, and no position bias or scale norms.")
+        if self.norm == "rmsnorm" and (self.block == "res_post" or scale_norms or self.pooling == "map"):
+            raise ValueError(
+                "norm='rmsnorm' is AIMv2's norm of pre-norm blocks: give block='pre_norm' or "
+                "'parallel', no scale norms and a pooling other than 'map'."
+            )
         if self.attention == "diff" and self.scale_attention_norm:
             raise ValueError("attention='diff' has no scale_attention_norm (timm's neither).")
         halves = self.hidden_dim % (2 * self.num_heads) == 0

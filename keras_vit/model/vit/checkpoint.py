@@ -254,6 +254,8 @@ def _targets(model, encoder, final_norm_key):
         targets.append(("patch_embed.proj.weight", encoder.projection.kernel, CONV))
         if encoder.projection_bias:
             targets.append(("patch_embed.proj.bias", encoder.projection.bias, None))
+    if encoder.norm is not None:
+        targets += norm(encoder.norm, "patch_embed.norm")
     if encoder.position_embedding is not None:
         targets.append(("pos_embed", encoder.position_embedding, None))
     for key, present in (

@@ -28,6 +28,8 @@ _NOT_IN_TIMM = (
     "distillation_token",
     "mlp",
     "layer_norm_epsilon",
+    "norm",
+    "embed_norm",
     "block",
     "attention",
     "stem",
@@ -37,7 +39,7 @@ _NOT_IN_TIMM = (
 # The parts a timm class has or has not (absolute position embeddings or a relative position
 # bias: `VisionTransformer` or `VisionTransformerRelPos`): a model is published as one that has
 # them.
-_SAME_KIND = ("distillation_token", "mlp", "block", "attention", "stem", "stem_depths")
+_SAME_KIND = ("distillation_token", "mlp", "norm", "embed_norm", "block", "attention", "stem", "stem_depths")
 # LayerNorm epsilons this close give the same logits to well under 1e-4.
 _SAME_EPSILON = 1e-6
 # transformers' model types of the family.

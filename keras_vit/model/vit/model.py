@@ -13,6 +13,7 @@ from keras_vit.model.vit.layers import (
     PatchEncoder,
     RelativePositionBias,
     TokenPooling,
+    norm_named,
 )
 from keras_vit.model.vit.pos_embed import resample_position_embeddings
 
@@ -77,7 +78,11 @@ class ViT(FamilyModel):
         attention_dropout: float, default 0. Dropout on attention weights.
         drop_path_rate: float, default 0. Stochastic depth rate of the last
             block; it grows linearly from 0 at the first block.
-        layer_norm_epsilon: float, default 1e-6.
+        layer_norm_epsilon: float, default 1e-6. The epsilon of every norm.
+        norm: the kind of every norm (timm's `norm_layer`): `"layernorm"` (default) or
+            `"rmsnorm"` (AIMv2's; with pre-norm or parallel blocks, not with a `"map"` pooling).
+        embed_norm: bool, default False. A norm of that kind on the patch tokens, before the
+            position embeddings (timm's `embed_norm_layer`, AIMv2's).
         classifier_activation: None (logits, default) or an activation name
             such as `"softmax"`.
         image_mean: list of floats or None. Per-channel mean on the [0, 1]
@@ -187,6 +192,8 @@ def _stem(images, arch, dtype):
         position_embedding=arch.position_bias is None,
         stem=arch.stem,
         stem_depths=arch.stem_depths,
+        norm=arch.norm if arch.embed_norm else None,
+        norm_epsilon=arch.layer_norm_epsilon,
         dtype=dtype,
         name="patch_encoder",
     )
@@ -197,7 +204,7 @@ def _stem(images, arch, dtype):
 
 
 def _layer_norm(arch, dtype, name):
-    return keras.layers.LayerNormalization(epsilon=arch.layer_norm_epsilon, dtype=dtype, name=name)
+    return norm_named(arch.norm, arch.layer_norm_epsilon, dtype, name)
 
 
 def _position_bias(arch):
@@ -242,6 +249,7 @@ def _blocks(tokens, arch, dtype):
             depth=i,
             scale_attention_norm=arch.scale_attention_norm,
             scale_mlp_norm=arch.scale_mlp_norm,
+            norm=arch.norm,
             dtype=dtype,
             name=f"block_{i}",
         )
