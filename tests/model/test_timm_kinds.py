@@ -76,6 +76,9 @@ KINDS = [
     # AIMv2: RmsNorm everywhere, one after the patch embedding too (embed_norm_layer), SwiGLU with
     # silu, no qkv or projection biases, no [cls], the patch mean.
     ("aimv2 rmsnorm, embed norm, swiglu", "aimv2_large_patch14_224.apple_pt", {}, 168),
+    # timm's test ViTs (real tags, with weights): test_vit3's MAP head reads its register too
+    # (pool_include_prefix), after LayerScale blocks without [cls].
+    ("map over the prefix tokens", "test_vit3.r160_in1k", {}, 224),
 ]  # fmt: skip
 
 
@@ -102,8 +105,8 @@ def kind(request):
         for key, parameter in reference.named_parameters():  # large enough that each shows
             if key.endswith(("gamma", "latent")) or "norm" in key:
                 parameter.copy_(torch.randn_like(parameter) * 0.5 + (1 if "weight" in key else 0))
-            elif key.endswith(("relative_position_bias_table", "pos_embed", "lambda_q1", "lambda_k1")) or (
-                key.endswith(("lambda_q2", "lambda_k2")) or ".bn." in key
+            elif key.endswith(("relative_position_bias_table", "pos_embed", "reg_token", "lambda_q1")) or (
+                key.endswith(("lambda_k1", "lambda_q2", "lambda_k2")) or ".bn." in key
             ):
                 parameter.copy_(torch.randn_like(parameter) + (1 if key.endswith("bn.weight") else 0))
         for key, buffer in reference.named_buffers():  # BatchNorm's running statistics
@@ -170,6 +173,7 @@ def test_each_kind_survives_a_keras_round_trip(kind, hub_cache, tmp_path):
         dict(block="parallel", attention="diff", qkv_bias=False, class_token=False, pooling="gap"),
         dict(scale_attention_norm=True, scale_mlp_norm=True, pooling="gap"),  # BEiT-3
         dict(norm="rmsnorm", embed_norm=True, mlp="swiglu", activation="silu", pooling="gap"),  # AIMv2
+        dict(class_token=False, register_tokens=1, pooling="map", pool_include_prefix=True),  # test_vit3
     ],
     ids=[
         "clip",
@@ -184,6 +188,7 @@ def test_each_kind_survives_a_keras_round_trip(kind, hub_cache, tmp_path):
         "parallel-diff",
         "beit3",
         "aimv2",
+        "map-prefix",
     ],
 )
 def test_each_part_exports_to_tflite_with_builtin_ops_only_and_the_same_outputs(parts):
@@ -207,7 +212,7 @@ def test_each_part_exports_to_tflite_with_builtin_ops_only_and_the_same_outputs(
 
 # keras-vit resolved this many of timm 1.0.31's pretrained ViT tags when the coverage script was
 # written (scripts/timm_coverage.py); a change that resolves fewer fails here.
-RESOLVED_AT_LEAST = 432
+RESOLVED_AT_LEAST = 435
 
 
 def test_the_tags_keras_vit_resolves_by_name_do_not_drop_and_each_other_one_has_a_reason():
@@ -347,6 +352,9 @@ def test_a_tag_by_name_builds_its_own_architecture_from_a_repo_another_tag_share
         "vit_dpwee_patch16_reg1_gap_256",
         "beit3_base_patch16_224",
         "aimv2_large_patch14_224",
+        "test_vit",
+        "test_vit2",
+        "test_vit3",
     ],
 )
 def test_each_kinds_parameters_and_forward_flops_equal_timms(name):

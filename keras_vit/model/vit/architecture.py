@@ -91,6 +91,8 @@ class Architecture:
     class_token: bool = True
     register_tokens: int = 0
     norm_before_pooling: bool | None = None
+    # Whether the pooling reads the prefix tokens too (timm's `pool_include_prefix`: test_vit3's).
+    pool_include_prefix: bool = False
     qkv_bias: bool = True
     proj_bias: bool = True
     pre_norm: bool = False
@@ -142,6 +144,7 @@ class Architecture:
             "scale_attention_norm",
             "scale_mlp_norm",
             "embed_norm",
+            "pool_include_prefix",
         ):
             put(name, bool(getattr(self, name)))
         if self.norm_before_pooling is not None:
@@ -232,6 +235,11 @@ class Architecture:
     def prefix_tokens(self):
         """[cls], DeiT's distillation token and the registers, before the patches."""
         return int(self.class_token) + int(self.distillation_token) + self.register_tokens
+
+    @property
+    def pooled_prefix_tokens(self):
+        """The prefix tokens the pooling leaves out: none with `pool_include_prefix`."""
+        return 0 if self.pool_include_prefix else self.prefix_tokens
 
     @property
     def norm_after_pooling(self):

@@ -33,7 +33,7 @@ def _mlp_macs(a, tokens):
 
 def _attention_pool(a):
     """(parameters, multiply-accumulates) of the "map" pooling (timm's AttentionPoolLatent)."""
-    d, m, n = a.hidden_dim, a.mlp_dim, a.num_patches
+    d, m, n = a.hidden_dim, a.mlp_dim, a.num_patches + a.prefix_tokens - a.pooled_prefix_tokens
     parameters = d + (d * d + d) + (2 * d * d + 2 * d) + (d * d + d) + 2 * d + (d * m + m) + (m * d + d)
     macs = d * d + n * 2 * d * d + 2 * n * d + d * d + 2 * d * m
     return parameters, macs

@@ -19,6 +19,7 @@ _AS_IS = (
     "final_norm",
     "scale_attention_norm",
     "scale_mlp_norm",
+    "pool_include_prefix",
 )
 _AS_TIMM = {ours: timm for timm, ours in timm_args.SAME.items() if ours in _AS_IS}
 # What a ViT has that timm's VisionTransformer cannot be given in `model_args` (its parts are

@@ -104,6 +104,9 @@ class ViT(FamilyModel):
             every token before the pooling (True; timm's `fc_norm=False`) or on the pooled vector
             (False; timm's `fc_norm=True`). None is timm's `fc_norm=None`: after a `"gap"`
             pooling, before any other.
+        pool_include_prefix: bool, default False. Whether a `"gap"` or `"map"` pooling reads the
+            prefix tokens ([cls], registers) too, not the patch tokens alone (timm's
+            `pool_include_prefix`, its test_vit3's).
         qkv_bias: bool, default True. Whether the attention's query/key/value projection has a
             bias (timm's `qkv_bias`).
         proj_bias: bool, default True. Whether the attention's output projection and the MLP's
@@ -264,13 +267,13 @@ def _pooling(arch, dtype):
             arch.hidden_dim,
             arch.num_heads,
             arch.mlp_dim,
-            num_prefix_tokens=arch.prefix_tokens,
+            num_prefix_tokens=arch.pooled_prefix_tokens,
             activation=arch.activation,
             layer_norm_epsilon=arch.layer_norm_epsilon,
             dtype=dtype,
             name="pooling",
         )
-    return TokenPooling(arch.pooling, arch.prefix_tokens, dtype=dtype, name="pooling")
+    return TokenPooling(arch.pooling, arch.pooled_prefix_tokens, dtype=dtype, name="pooling")
 
 
 def _head(tokens, arch, dtype):

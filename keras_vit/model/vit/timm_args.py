@@ -30,6 +30,7 @@ SAME = {
     "drop_path_rate": "drop_path_rate",
     "scale_attn_norm": "scale_attention_norm",
     "scale_mlp_norm": "scale_mlp_norm",
+    "pool_include_prefix": "pool_include_prefix",
 }
 # Those read through a rule (`from_timm`). `num_classes` is the config's own; `dynamic_img_size`
 # changes nothing at the model's own size, and keras-vit resizes a model (`resize_model`) rather
@@ -113,6 +114,7 @@ DEFAULTS = {
     "drop_path_rate": 0.0,
     "scale_attn_norm": False,
     "scale_mlp_norm": False,
+    "pool_include_prefix": False,
     "block_fn": "Block",
     "rel_pos_type": None,
     "rel_pos_dim": None,
