@@ -212,7 +212,7 @@ def test_each_part_exports_to_tflite_with_builtin_ops_only_and_the_same_outputs(
 
 # keras-vit resolved this many of timm 1.0.31's pretrained ViT tags when the coverage script was
 # written (scripts/timm_coverage.py); a change that resolves fewer fails here.
-RESOLVED_AT_LEAST = 435
+RESOLVED_AT_LEAST = 439
 
 
 def test_the_tags_keras_vit_resolves_by_name_do_not_drop_and_each_other_one_has_a_reason():
@@ -426,3 +426,64 @@ def test_bilinear_position_embedding_resampling_is_timms(interpolation):
         ).numpy()
         ours = resample_position_embeddings(pos_embed, grid, (12, 12), 2, interpolation)
         np.testing.assert_allclose(ours, expected, atol=1e-5)  # PyTorch: float32 coordinates
+
+
+@pytest.mark.parametrize(
+    "tag", ["vit_huge_patch14_gap_224.in1k_ijepa", "vit_huge_patch16_gap_448.in1k_ijepa"]
+)
+def test_a_tag_whose_weights_are_at_a_url_downloads_them_once_and_gives_timms_outputs(
+    tag, hub_cache, tmp_path, monkeypatch, record_parity
+):
+    """I-JEPA's tags: timm has their weights at a URL only, a `.pth.tar` holding the context encoder
+    (its keys under `module.`) beside the predictor and the target encoder, which timm's
+    `checkpoint_filter_fn` takes the encoder of. Served here by a loopback server in that format."""
+    import functools
+    import http.server
+    import threading
+    import urllib.parse
+
+    from keras_vit.model.hub import HubError
+
+    entry = keras_vit.model.pretrained.pretrained_table()["tags"][tag]
+    url = timm.models.get_pretrained_cfg(tag).url
+    assert entry["url"] == url and "repo" not in entry
+    small = dict(depth=1, embed_dim=64, num_heads=2)
+    torch.manual_seed(7)
+    encoder = timm.create_model(tag.split(".")[0], pretrained=False, **small)
+    with torch.no_grad():
+        for key, parameter in encoder.named_parameters():
+            if "norm" in key or key == "pos_embed":
+                parameter.copy_(torch.randn_like(parameter) * 0.5 + (1 if "weight" in key else 0))
+    state = {f"module.{key}": value for key, value in encoder.state_dict().items()}
+    served = tmp_path / "served"
+    path = served / urllib.parse.urlsplit(url).path.lstrip("/")
+    path.parent.mkdir(parents=True)
+    torch.save({"encoder": state, "target_encoder": state, "predictor": {}, "epoch": 300}, path)
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(served))
+    handler.log_message = lambda *args: None
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    loopback = f"http://127.0.0.1:{server.server_port}{urllib.parse.urlsplit(url).path}"
+    monkeypatch.setitem(keras_vit.model.pretrained.pretrained_table()["tags"][tag], "url", loopback)
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch"))
+    ours = dict(hidden_dim=64, depth=1, num_heads=2, mlp_dim=256)
+    try:
+        model = keras_vit.create_model(tag, pretrained=True, **ours)
+        by_timm = timm.create_model(tag, pretrained=True, pretrained_cfg_overlay=dict(url=loopback), **small)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert model.license == by_timm.pretrained_cfg["license"] == "cc-by-nc-4.0" and not model.include_top
+    pixels = _pixels(model.image_size[0], seed=8)
+    difference = np.abs(np.asarray(model(pixels)) - _timm_outputs(by_timm, pixels)).max()
+    record_parity(f"timm {tag} by name (tiny), weights from its URL", difference, 1e-4)
+    assert difference < 1e-4
+    # Cached whole under its own name, nothing half-written beside it: the server is gone, it loads.
+    cached = list((hub_cache / "keras-vit-urls").rglob("*"))
+    assert [p.name for p in cached if p.is_file()] == [path.name]
+    keras_vit.create_model(tag, pretrained=True, **ours)
+    monkeypatch.setitem(keras_vit.model.pretrained.pretrained_table()["tags"][tag], "url", loopback + ".gone")
+    with pytest.raises(
+        HubError, match=r"^Could not download http://127\.0\.0\.1:\d+/.*\.gone \(.*\): check the"
+    ):
+        keras_vit.create_model(tag, pretrained=True, **ours)
