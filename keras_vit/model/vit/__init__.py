@@ -55,7 +55,13 @@ class ViTFamily(Family):
         "residual adds": ((r"/block_\d+(_\d+)?/add(_\d+)?(;|$)", "ADD"),),
     }
     head_layers = ("head", "head_dist", "pre_logits")
-    lora_targets = TRANSFORMER_LORA_TARGETS
+    # A parallel block's Dense layers too: its fused input projection (QKV and the MLP's hidden
+    # units) for either target, its attention and MLP output projections (differential
+    # attention's one fused `out_proj` for both).
+    lora_targets = {
+        "attention": (*TRANSFORMER_LORA_TARGETS["attention"], "in_proj", "attn_out_proj", "out_proj"),
+        "mlp": (*TRANSFORMER_LORA_TARGETS["mlp"], "in_proj", "mlp_out_proj", "out_proj"),
+    }
     model_parallel_layout = {
         "patch_encoder/projection/kernel": (None, None, None, "model"),
         **TRANSFORMER_LAYOUT,
