@@ -487,3 +487,32 @@ def test_a_tag_whose_weights_are_at_a_url_downloads_them_once_and_gives_timms_ou
         HubError, match=r"^Could not download http://127\.0\.0\.1:\d+/.*\.gone \(.*\): check the"
     ):
         keras_vit.create_model(tag, pretrained=True, **ours)
+
+
+def test_apples_aimv2_checkpoints_are_read_as_timm_converts_them():
+    """Apple's own AIMv2 layout (`preprocessor.patchifier.*`, `trunk.*`, SwiGLU's fc1/fc3), as
+    timm's `_convert_aimv2`."""
+    from timm.models.vision_transformer import _convert_aimv2
+
+    from keras_vit.model.vit.checkpoint import canonical
+
+    rng = np.random.default_rng(9)
+    shapes = {
+        "preprocessor.patchifier.proj.weight": (32, 3, 14, 14),
+        "preprocessor.patchifier.norm.weight": (32,),
+        "preprocessor.pos_embed": (1, 256, 32),
+        "trunk.blocks.0.norm_1.weight": (32,),
+        "trunk.blocks.0.attn.qkv.weight": (96, 32),
+        "trunk.blocks.0.attn.proj.weight": (32, 32),
+        "trunk.blocks.0.norm_2.weight": (32,),
+        "trunk.blocks.0.mlp.fc1.weight": (88, 32),
+        "trunk.blocks.0.mlp.fc2.weight": (32, 88),
+        "trunk.blocks.0.mlp.fc3.weight": (88, 32),
+        "trunk.post_trunk_norm.weight": (32,),
+    }
+    state = {key: rng.normal(size=shape).astype("float32") for key, shape in shapes.items()}
+    expected = _convert_aimv2({key: torch.from_numpy(value) for key, value in state.items()}, None)
+    ours = canonical(state, "aimv2")
+    assert sorted(ours) == sorted(expected)
+    for key, value in expected.items():
+        np.testing.assert_array_equal(np.asarray(ours[key]), value.numpy(), err_msg=key)
