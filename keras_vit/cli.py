@@ -119,8 +119,10 @@ def _pretrained_models(args):
                 "label_set": entry["label_set"]
                 or (f"{entry['num_classes']} classes" if entry["num_classes"] else None),
                 "params": complexity.parameter_count(architecture, image_size=entry["image_size"], **head),
-                "cached": hub.is_cached(entry["repo"]),
-                "repo": entry["repo"],
+                "cached": hub.is_cached(entry["repo"])
+                if "repo" in entry
+                else hub.is_url_cached(entry["url"]),
+                "repo": entry.get("repo") or entry["url"],
                 "license": entry.get("license"),
             }
         )

@@ -7,7 +7,7 @@ First the keyword arguments each entry point of timm's `vision_transformer`, `de
 `vision_transformer_relpos` modules gives its model (`tables/timm_vit_entry_points.json`, its parts
 by name, as `keras_vit.model.vit.timm_args` reads them): keras-vit builds every one whose parts it has, by its
 timm name. Then, for every architecture keras-vit builds, of every family, that timm has
-(`keras_vit.list_models()` and `timm.list_models()`), every tag timm has weights for on a hub: its
+(`keras_vit.list_models()` and `timm.list_models()`), every tag timm has weights for on a hub or at a URL: its
 repo, input size, class count, label set, and the normalisation, evaluation transform and licence
 of its pretrained_cfg. The label sets (ImageNet-1k and the ImageNet variants these tags use) are
 written as timm's `ImageNetInfo` gives them: each class's WordNet id and description. Run it again
@@ -130,7 +130,7 @@ def _named(key, value):
         return value
     if isinstance(value, (list, tuple)):
         return [_named(key, v) for v in value]
-    if key == "norm_layer":
+    if key in ("norm_layer", "embed_norm_layer"):
         return _norm_layer(value)
     if key == "embed_layer":
         return _embed_layer(value)
@@ -173,6 +173,8 @@ def _norm_layer(value):
     if cls in (timm_norm.LayerNorm, torch.nn.LayerNorm):
         default = 1e-6 if cls is timm_norm.LayerNorm else 1e-5
         return {"name": "layernorm", "eps": keywords.get("eps", default)}
+    if cls is timm_norm.RmsNorm:
+        return {"name": "rmsnorm", "eps": keywords.get("eps", 1e-6)}
     return {"name": getattr(cls, "__name__", repr(cls)), **{k: repr(v) for k, v in keywords.items()}}
 
 
@@ -190,14 +192,16 @@ def write_entry_points():
 
 
 def tags_of(architecture):
-    """`{"arch.tag": entry}` of the architecture's tags with weights on a hub."""
+    """`{"arch.tag": entry}` of the architecture's tags with weights on a hub or at a URL."""
     entries = {}
     for name in timm.list_pretrained(f"{architecture}.*"):
         config = get_pretrained_cfg(name).to_dict()
-        if not config.get("hf_hub_id"):
-            continue  # weights only at a URL, not on a hub
+        if not config.get("hf_hub_id") and not config.get("url"):
+            continue  # no weights
+        # Weights at a URL only (I-JEPA's): downloaded from there, read as timm's filter reads them.
+        where = {"repo": config["hf_hub_id"]} if config.get("hf_hub_id") else {"url": config["url"]}
         entries[name] = {
-            "repo": config["hf_hub_id"],
+            **where,
             # The size, for `keras-vit models --pretrained`; the normalisation, the evaluation
             # transform and the licence as timm's pretrained_cfg gives them (a repo's own
             # config.json says the same, and is read for them when the model is built).

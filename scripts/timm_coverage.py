@@ -20,7 +20,6 @@ sys.path.insert(0, ROOT)
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
 import timm  # noqa: E402
-from timm.models import get_pretrained_cfg  # noqa: E402
 
 from keras_vit.model.eva.configs import TIMM_UNBUILT as EVA_UNBUILT  # noqa: E402
 from keras_vit.model.pretrained import pretrained_table  # noqa: E402
@@ -62,8 +61,6 @@ def _unresolved(tag, architecture, table):
         return None
     if architecture in UNBUILT:
         return UNBUILT[architecture]
-    if not get_pretrained_cfg(tag).hf_hub_id:
-        return "timm has its weights at a URL only, on no hub"
     return f"not in keras-vit's table, generated from timm {table['timm_version']}: run the generator again"
 
 

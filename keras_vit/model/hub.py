@@ -7,10 +7,14 @@ so one cut off or stopped by a full disk leaves nothing the next try mistakes fo
 try resumes it.
 """
 
+import hashlib
 import os
 import socket
+import tempfile
 import time
+import urllib.error
 import urllib.parse
+import urllib.request
 
 from keras_vit.files import is_disk_full
 
@@ -109,6 +113,58 @@ def download_first(repo, filenames, revision=None):
     raise HubError(f"{where} has none of {', '.join(filenames)}: it holds no weights keras-vit reads.")
 
 
+# How long a URL's server may take to answer (timm's I-JEPA weights are at a URL, on no hub).
+URL_SECONDS = 30.0
+
+
+def download_url(url):
+    """The local path of the file at `url` (weights timm has at a URL only, as its `pretrained_cfg`
+    `url`), from keras-vit's folder in the hub cache or downloaded there: written beside its final
+    name and moved there when whole, so a cut-off download leaves nothing behind.
+
+    Raises:
+        HubError: the server cannot be reached or answers with an error, offline mode finds the file
+            missing from the cache, or the disk filled during the download.
+    """
+    path = url_cache_path(url)
+    if os.path.isfile(path):
+        return path
+    if offline():
+        raise Unreachable(
+            f"{url} is not in the cache ({os.path.dirname(path)}) and HF_HUB_OFFLINE is set: unset "
+            f"HF_HUB_OFFLINE to download it, or load it once while online."
+        )
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    part = tempfile.NamedTemporaryFile(dir=os.path.dirname(path), suffix=".part", delete=False)
+    try:
+        with part, urllib.request.urlopen(url, timeout=URL_SECONDS) as answer:
+            while chunk := answer.read(1 << 20):
+                part.write(chunk)
+        os.replace(part.name, path)
+    except (urllib.error.URLError, OSError) as error:
+        if is_disk_full(error):
+            raise HubError(
+                f"No space left in {os.path.dirname(path)} to download {url}: free some space (or set "
+                f"HF_HUB_CACHE to a roomier folder) and run the same command again."
+            ) from None
+        reason = getattr(error, "reason", None) or error
+        raise HubError(
+            f"Could not download {url} ({reason}): check the network, then run the same command again."
+        ) from None
+    finally:
+        if os.path.exists(part.name):
+            os.remove(part.name)
+    return path
+
+
+def url_cache_path(url):
+    """Where `download_url` keeps the file at `url`: a folder per URL, the file under its own name."""
+    folder = hashlib.sha256(url.encode()).hexdigest()[:16]
+    return os.path.join(
+        _cache_folder(), "keras-vit-urls", folder, os.path.basename(urllib.parse.urlsplit(url).path)
+    )
+
+
 def offline():
     from huggingface_hub import constants
 
@@ -144,6 +200,11 @@ def is_cached(repo, filename=CONFIG_FILE):
 
     found = try_to_load_from_cache(repo, filename)
     return isinstance(found, str) and os.path.exists(found)
+
+
+def is_url_cached(url):
+    """Whether `download_url` has the file at `url` in the cache."""
+    return os.path.isfile(url_cache_path(url))
 
 
 def _is_network_error(error):

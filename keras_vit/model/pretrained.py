@@ -107,9 +107,22 @@ class Source:
     `architecture`: the architecture a timm tag names, which its repo's config may not;
     `embedded`: the copy shipped inside keras-vit, used when the hub cannot be reached."""
 
-    def __init__(self, name, repo=None, revision=None, folder=None, architecture=None, embedded=None):
+    def __init__(
+        self,
+        name,
+        repo=None,
+        revision=None,
+        folder=None,
+        architecture=None,
+        embedded=None,
+        url=None,
+        config=None,
+    ):
         self.name, self.repo, self.revision, self.folder = name, repo, revision, folder
         self.architecture, self.embedded = architecture, embedded
+        # Weights at a URL, on no hub (timm's `pretrained_cfg` `url`), with the config.json the
+        # table gives in place of a repo's.
+        self.url, self.config = url, config
 
     def file(self, filename):
         """The local path of one of the source's files (downloaded when from a hub)."""
@@ -126,6 +139,8 @@ class Source:
 
     def weights(self):
         """The path of its weights: safetensors when it has them."""
+        if self.url is not None:
+            return hub.download_url(self.url)
         if self.folder is None:
             try:
                 return hub.download_first(self.repo, hub.WEIGHTS_FILES, self.revision)[1]
@@ -170,6 +185,9 @@ def resolve(name):
         return Source(name, repo=repo, revision=revision or None)
     table = _table()
     tag = table["defaults"].get(name, name)
+    if tag in table["tags"] and "url" in table["tags"][tag]:
+        entry = table["tags"][tag]
+        return Source(name, architecture=tag.split(".")[0], url=entry["url"], config=_url_config(tag, entry))
     if tag in table["tags"]:
         embedded = os.path.join(EMBEDDED, tag)
         return Source(
@@ -177,6 +195,19 @@ def resolve(name):
             embedded=embedded if os.path.isdir(embedded) else None,
         )  # fmt: skip
     raise ValueError(f"Unknown pretrained name {name!r}: {unknown_name(name)}")
+
+
+def _url_config(tag, entry):
+    """timm's config.json for a tag whose weights are at a URL: its architecture and the
+    pretrained_cfg the table carries."""
+    fields = ("mean", "std", "crop_pct", "crop_mode", "interpolation", "license")
+    pretrained = {field: entry[field] for field in fields if entry.get(field) is not None}
+    pretrained["input_size"] = [3, *entry["image_size"]]
+    return {
+        "architecture": tag.split(".")[0],
+        "num_classes": entry["num_classes"],
+        "pretrained_cfg": pretrained,
+    }
 
 
 def unknown_name(name):
@@ -197,7 +228,7 @@ def unknown_name(name):
 def read_hub_model(source, families):
     """The repo's `HubModel` (its `config.json`, and transformers' preprocessor settings), built by
     one of `families` (the registry's: `registry.read_hub_model` passes them)."""
-    config = read_json(source.file(hub.CONFIG_FILE))
+    config = source.config if source.config is not None else read_json(source.file(hub.CONFIG_FILE))
     preprocessor = None
     if "model_type" in config:
         try:

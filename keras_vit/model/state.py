@@ -32,7 +32,9 @@ def linear(layer, prefix, bias=True):
 
 
 def norm(layer, prefix):
-    """A LayerNormalization's scale and offset."""
+    """A LayerNormalization's scale and offset, or an RMSNormalization's scale."""
+    if not hasattr(layer, "gamma"):  # an RMSNormalization: a scale alone
+        return [(f"{prefix}.weight", layer.scale, None)]
     return [(f"{prefix}.weight", layer.gamma, None), (f"{prefix}.bias", layer.beta, None)]
 
 

@@ -76,7 +76,8 @@ def read_checkpoint(path):
         raise FileNotFoundError(f"Checkpoint not found: {path}")
     if os.path.isdir(path):
         raise ValueError(f"Expected a checkpoint file but {path} is a directory.")
-    suffix = os.path.splitext(path)[1].lower()
+    # `.pth.tar`: PyTorch's pickle under an old convention's name (I-JEPA's weights).
+    suffix = ".pth" if path.lower().endswith(".pth.tar") else os.path.splitext(path)[1].lower()
     if suffix not in CHECKPOINT_SUFFIXES:
         raise ValueError(
             f"Unknown checkpoint format {suffix!r} for {path}: "
@@ -147,7 +148,8 @@ def _read_torch(path):
         ) from error
     # weights_only: never unpickle arbitrary objects from a downloaded file.
     state = torch.load(path, map_location="cpu", weights_only=True)
-    for wrapper in ("model", "state_dict"):
+    # timm's `checkpoint_filter_fn`: a training checkpoint's model, and I-JEPA's context encoder.
+    for wrapper in ("model", "state_dict", "encoder"):
         if isinstance(state, dict) and isinstance(state.get(wrapper), dict):
             state = state[wrapper]
     return {k: v.float().numpy() for k, v in state.items() if hasattr(v, "numpy")}

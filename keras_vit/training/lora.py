@@ -46,7 +46,8 @@ def lora_layers(model, targets):
     """The Dense layers of every block that `targets` name, in block order."""
     family = registry.family_of(model)
     check_targets(family, targets)
-    paths = [path for target in targets for path in family.lora_targets[target]]
+    # Each path once: two targets may share a fused layer (a parallel block's `in_proj`).
+    paths = list(dict.fromkeys(path for target in targets for path in family.lora_targets[target]))
     blocks = [model.get_layer(name) for name in family.block_names(model.get_config())]
     # A family's block may lack a path (an Eva's fused `qkv` or separate `q_proj`, `k_proj`, `v_proj`).
     return [_sublayer(block, path) for block in blocks for path in paths if _has_sublayer(block, path)]

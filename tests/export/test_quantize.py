@@ -70,6 +70,9 @@ def test_every_rule_group_and_block_selects_ops_of_the_vit(calibrated):
     """The recipes find ops by the names keras-vit's layers give them (the family's quantisation
     groups): a renamed layer fails here, not silently in a recipe that quantises nothing."""
     for group, rules in quantize.groups(VIT).items():
+        if group == "relative position bias":  # a relpos ViT's (test_a_relpos_vits_int8_export_...)
+            assert quantize.matching_ops(calibrated.float_model, rules) == 0
+            continue
         assert quantize.matching_ops(calibrated.float_model, rules) > 0, group
     for index in range(TINY["depth"]):
         assert quantize.matching_ops(calibrated.float_model, quantize.layer_rules(f"block_{index}")) > 0
@@ -378,3 +381,42 @@ def test_a_recipe_of_dynamic_range_ops_needs_no_calibrated_ranges(classifier, mo
     assert tflite.convert(classifier, "int8", uncalibrated) == with_ranges
     with pytest.raises(AssertionError, match="does not use"):
         tflite.convert(classifier, "int16x8", uncalibrated)
+
+
+@pytest.mark.parametrize("kind, shared", [("mlp", False), ("table", False), ("mlp", True)])
+def test_a_relpos_vits_int8_export_has_builtin_ops_only_its_bias_group_and_verifies(kind, shared, tmp_path):
+    """A relative position bias (timm's `vision_transformer_relpos`) through `export --quantize
+    int8`: the family's "relative position bias" group selects the bias' add in every block (a
+    shared bias is added in each block too), the recipe keeps it in float, and the export's
+    verification passes."""
+    import json
+    import os
+
+    from keras_vit.data import datasets as data
+    from keras_vit.export.exporter import export_model
+    from keras_vit.model.registry import FAMILIES as families
+
+    class_names = list(data.load_dataset("cifar10-mini").class_names)
+    keras.utils.set_random_seed(2)
+    model = keras_vit.ViT(
+        image_size=32, patch_size=8, hidden_dim=32, depth=2, num_heads=2, mlp_dim=64, num_classes=10,
+        class_names=class_names, position_bias=kind, shared_position_bias=shared,
+        class_token=kind == "table", pooling="gap",
+        image_mean=[0.5] * 3, image_std=[0.25] * 3, name="tiny_relpos",
+    )  # fmt: skip
+    path = tmp_path / "tiny_relpos.keras"
+    model.save(path)
+    manifest = export_model(
+        str(path), output=str(tmp_path / "exports"), formats=("tflite",), quantize=("int8",),
+        dataset="cifar10-mini", verify_images=20, calibration_images=8,
+    )  # fmt: skip
+    int8 = open(os.path.join(manifest["folder"], "model_int8.tflite"), "rb").read()
+    tflite.check_builtin_ops(int8)
+    rules = quantize.groups(families["vit"])["relative position bias"]
+    assert quantize.matching_ops(int8, rules) == 2  # one add per block
+    assert ("relative position bias", "float") in families["vit"].quantization_recipes["int8"]
+    # Verified against Keras: a random model's near-uniform probabilities agree closely, and its
+    # top-1 may flip on near-ties, which the report then says (as the Swin's export test).
+    result = manifest["verification"]["results"]["tflite_int8"]
+    assert result["max_abs_difference"] < 5e-3, json.dumps(result)
+    assert result["meets_target"] == (result["top1_agreement"] >= 0.99), json.dumps(result)

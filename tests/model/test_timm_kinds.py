@@ -76,6 +76,12 @@ KINDS = [
     ("radio, bilinear aligned resampling", "vit_base_patch16_radio_v3.c_radio", {}, 256),
     # BEiT-3's sub-LayerNorms: in the attention before its projection, in the MLP before fc2.
     ("beit3 sub-LayerNorms", "beit3_base_patch16_224.in22k_ft_in1k", {}, 160),
+    # AIMv2: RmsNorm everywhere, one after the patch embedding too (embed_norm_layer), SwiGLU with
+    # silu, no qkv or projection biases, no [cls], the patch mean.
+    ("aimv2 rmsnorm, embed norm, swiglu", "aimv2_large_patch14_224.apple_pt", {}, 168),
+    # timm's test ViTs (real tags, with weights): test_vit3's MAP head reads its register too
+    # (pool_include_prefix), after LayerScale blocks without [cls].
+    ("map over the prefix tokens", "test_vit3.r160_in1k", {}, 224),
 ]  # fmt: skip
 
 
@@ -85,8 +91,8 @@ def _randomize(reference):
     for key, parameter in reference.named_parameters():
         if key.endswith(("gamma", "latent")) or "norm" in key:
             parameter.copy_(torch.randn_like(parameter) * 0.5 + (1 if "weight" in key else 0))
-        elif key.endswith(("relative_position_bias_table", "pos_embed", "lambda_q1", "lambda_k1")) or (
-            key.endswith(("lambda_q2", "lambda_k2")) or ".bn." in key
+        elif key.endswith(("relative_position_bias_table", "pos_embed", "reg_token", "lambda_q1")) or (
+            key.endswith(("lambda_k1", "lambda_q2", "lambda_k2")) or ".bn." in key
         ):
             parameter.copy_(torch.randn_like(parameter) + (1 if key.endswith("bn.weight") else 0))
     for key, buffer in reference.named_buffers():
@@ -154,6 +160,8 @@ def test_each_kind_survives_a_keras_round_trip(kind, tmp_path):
         dict(attention="diff", layer_scale=1e-5),
         dict(block="parallel", attention="diff", qkv_bias=False, class_token=False, pooling="gap"),
         dict(scale_attention_norm=True, scale_mlp_norm=True, pooling="gap"),  # BEiT-3
+        dict(norm="rmsnorm", embed_norm=True, mlp="swiglu", activation="silu", pooling="gap"),  # AIMv2
+        dict(class_token=False, register_tokens=1, pooling="map", pool_include_prefix=True),  # test_vit3
     ],
     ids=[
         "clip",
@@ -167,6 +175,8 @@ def test_each_kind_survives_a_keras_round_trip(kind, tmp_path):
         "diff",
         "parallel-diff",
         "beit3",
+        "aimv2",
+        "map-prefix",
     ],
 )
 def test_each_part_exports_to_tflite_with_builtin_ops_only_and_the_same_outputs(parts):
@@ -190,7 +200,7 @@ def test_each_part_exports_to_tflite_with_builtin_ops_only_and_the_same_outputs(
 
 # keras-vit resolved this many of timm 1.0.31's pretrained ViT tags when the coverage script was
 # written (scripts/timm_coverage.py); a change that resolves fewer fails here.
-RESOLVED_AT_LEAST = 335
+RESOLVED_AT_LEAST = 439
 
 
 def test_the_tags_keras_vit_resolves_by_name_do_not_drop_and_each_other_one_has_a_reason():
@@ -260,6 +270,8 @@ def test_each_kinds_block_features_are_timms(kind, hub_cache):
         (dict(position_bias="rope"), r"position_bias must be one of None, 'mlp', 'table', got 'rope'"),
         (dict(shared_position_bias=True), r"shared_position_bias shares a relative position bias"),
         (dict(position_bias="table", register_tokens=1), r"'table' has entries for one \[cls\] token, not 2"),
+        (dict(norm="batchnorm"), r"norm must be one of 'layernorm', 'rmsnorm', got 'batchnorm'"),
+        (dict(norm="rmsnorm", pooling="map"), r"norm='rmsnorm' is AIMv2's norm of pre-norm blocks"),
     ],
 )
 def test_a_wrong_part_is_a_value_error_naming_it_and_the_choices(arguments, message):
@@ -324,6 +336,10 @@ def test_a_tag_by_name_builds_its_own_architecture_from_a_repo_another_tag_share
         "vit_dwee_patch16_reg1_gap_256",
         "vit_dpwee_patch16_reg1_gap_256",
         "beit3_base_patch16_224",
+        "aimv2_large_patch14_224",
+        "test_vit",
+        "test_vit2",
+        "test_vit3",
     ],
 )
 def test_each_kinds_parameters_and_forward_flops_equal_timms(name):
@@ -395,3 +411,93 @@ def test_bilinear_position_embedding_resampling_is_timms(interpolation):
         ).numpy()
         ours = resample_position_embeddings(pos_embed, grid, (12, 12), 2, interpolation)
         np.testing.assert_allclose(ours, expected, atol=1e-5)  # PyTorch: float32 coordinates
+
+
+@pytest.mark.parametrize(
+    "tag", ["vit_huge_patch14_gap_224.in1k_ijepa", "vit_huge_patch16_gap_448.in1k_ijepa"]
+)
+def test_a_tag_whose_weights_are_at_a_url_downloads_them_once_and_gives_timms_outputs(
+    tag, hub_cache, tmp_path, monkeypatch, record_parity
+):
+    """I-JEPA's tags: timm has their weights at a URL only, a `.pth.tar` holding the context encoder
+    (its keys under `module.`) beside the predictor and the target encoder, which timm's
+    `checkpoint_filter_fn` takes the encoder of. Served here by a loopback server in that format."""
+    import functools
+    import http.server
+    import threading
+    import urllib.parse
+
+    from keras_vit.model.hub import HubError
+
+    entry = keras_vit.model.pretrained.pretrained_table()["tags"][tag]
+    url = timm.models.get_pretrained_cfg(tag).url
+    assert entry["url"] == url and "repo" not in entry
+    small = dict(depth=1, embed_dim=64, num_heads=2)
+    torch.manual_seed(7)
+    encoder = timm.create_model(tag.split(".")[0], pretrained=False, **small)
+    with torch.no_grad():
+        for key, parameter in encoder.named_parameters():
+            if "norm" in key or key == "pos_embed":
+                parameter.copy_(torch.randn_like(parameter) * 0.5 + (1 if "weight" in key else 0))
+    state = {f"module.{key}": value for key, value in encoder.state_dict().items()}
+    served = tmp_path / "served"
+    path = served / urllib.parse.urlsplit(url).path.lstrip("/")
+    path.parent.mkdir(parents=True)
+    torch.save({"encoder": state, "target_encoder": state, "predictor": {}, "epoch": 300}, path)
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(served))
+    handler.log_message = lambda *args: None
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    loopback = f"http://127.0.0.1:{server.server_port}{urllib.parse.urlsplit(url).path}"
+    monkeypatch.setitem(keras_vit.model.pretrained.pretrained_table()["tags"][tag], "url", loopback)
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch"))
+    ours = dict(hidden_dim=64, depth=1, num_heads=2, mlp_dim=256)
+    try:
+        model = keras_vit.create_model(tag, pretrained=True, **ours)
+        by_timm = timm.create_model(tag, pretrained=True, pretrained_cfg_overlay=dict(url=loopback), **small)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert model.license == by_timm.pretrained_cfg["license"] == "cc-by-nc-4.0" and not model.include_top
+    pixels = _pixels(model.image_size[0], seed=8)
+    difference = np.abs(np.asarray(model(pixels)) - _timm_outputs(by_timm, pixels)).max()
+    record_parity(f"timm {tag} by name (tiny), weights from its URL", difference, 1e-4)
+    assert difference < 1e-4
+    # Cached whole under its own name, nothing half-written beside it: the server is gone, it loads.
+    cached = list((hub_cache / "keras-vit-urls").rglob("*"))
+    assert [p.name for p in cached if p.is_file()] == [path.name]
+    keras_vit.create_model(tag, pretrained=True, **ours)
+    monkeypatch.setitem(keras_vit.model.pretrained.pretrained_table()["tags"][tag], "url", loopback + ".gone")
+    with pytest.raises(
+        HubError, match=r"^Could not download http://127\.0\.0\.1:\d+/.*\.gone \(.*\): check the"
+    ):
+        keras_vit.create_model(tag, pretrained=True, **ours)
+
+
+def test_apples_aimv2_checkpoints_are_read_as_timm_converts_them():
+    """Apple's own AIMv2 layout (`preprocessor.patchifier.*`, `trunk.*`, SwiGLU's fc1/fc3), as
+    timm's `_convert_aimv2`."""
+    from timm.models.vision_transformer import _convert_aimv2
+
+    from keras_vit.model.vit.checkpoint import canonical
+
+    rng = np.random.default_rng(9)
+    shapes = {
+        "preprocessor.patchifier.proj.weight": (32, 3, 14, 14),
+        "preprocessor.patchifier.norm.weight": (32,),
+        "preprocessor.pos_embed": (1, 256, 32),
+        "trunk.blocks.0.norm_1.weight": (32,),
+        "trunk.blocks.0.attn.qkv.weight": (96, 32),
+        "trunk.blocks.0.attn.proj.weight": (32, 32),
+        "trunk.blocks.0.norm_2.weight": (32,),
+        "trunk.blocks.0.mlp.fc1.weight": (88, 32),
+        "trunk.blocks.0.mlp.fc2.weight": (32, 88),
+        "trunk.blocks.0.mlp.fc3.weight": (88, 32),
+        "trunk.post_trunk_norm.weight": (32,),
+    }
+    state = {key: rng.normal(size=shape).astype("float32") for key, shape in shapes.items()}
+    expected = _convert_aimv2({key: torch.from_numpy(value) for key, value in state.items()}, None)
+    ours = canonical(state, "aimv2")
+    assert sorted(ours) == sorted(expected)
+    for key, value in expected.items():
+        np.testing.assert_array_equal(np.asarray(ours[key]), value.numpy(), err_msg=key)

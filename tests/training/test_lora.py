@@ -116,3 +116,32 @@ def test_a_lora_run_on_jax_resumes_its_adapters_exactly_after_sigkill_and_export
     )  # fmt: skip
     assert exported.returncode == 0, exported.stderr[-3000:]
     assert json.loads(exported.stdout)["verification"]["results"]["tflite_fp32"]["meets_target"]
+
+
+@pytest.mark.parametrize(
+    "attention, targets, adapted",
+    [
+        ("standard", ("attention",), ("in_proj", "attn_out_proj")),
+        ("standard", ("mlp",), ("in_proj", "mlp_out_proj")),
+        ("standard", ("attention", "mlp"), ("in_proj", "attn_out_proj", "mlp_out_proj")),
+        ("diff", ("attention", "mlp"), ("in_proj", "out_proj")),  # one fused output projection
+    ],
+)
+def test_lora_adapts_a_parallel_blocks_fused_projections(attention, targets, adapted):
+    """timm's ParallelScalingBlock has no qkv/proj/fc1/fc2: its fused in_proj (QKV and the MLP's
+    hidden units) and its output projections are what LoRA adapts, each once."""
+    model = keras_vit.ViT(
+        image_size=32, patch_size=8, hidden_dim=32, depth=2, num_heads=2, mlp_dim=64, num_classes=10,
+        block="parallel", attention=attention,
+    )  # fmt: skip
+    keras_vit.enable_lora(model, 2, targets=targets)
+    enabled = sorted(layer.path for layer in model._flatten_layers() if getattr(layer, "lora_enabled", False))
+    assert enabled == sorted(f"block_{i}/{name}" for i in range(2) for name in adapted)
+    trainable = sum(int(np.prod(v.shape)) for v in model.trainable_weights)
+    assert trainable == _adapted_parameters(model, 2, adapted)
+    images = np.random.default_rng(1).uniform(0, 255, (2, 32, 32, 3)).astype("float32")
+    before = np.asarray(model(images))
+    for layer in model._flatten_layers():
+        if getattr(layer, "lora_enabled", False):
+            layer.lora_kernel_b.assign(np.full(layer.lora_kernel_b.shape, 0.1, "float32"))
+    assert np.abs(np.asarray(model(images)) - before).max() > 1e-3  # the adapters are in the graph

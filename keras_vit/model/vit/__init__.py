@@ -53,9 +53,25 @@ class ViTFamily(Family):
         "patch projection": ((r"/patch_encoder(_\d+)?/", "CONV_2D"),),
         **TRANSFORMER_QUANTIZATION_GROUPS,
         "residual adds": ((r"/block_\d+(_\d+)?/add(_\d+)?(;|$)", "ADD"),),
+        # A relative position bias (`position_bias="mlp"|"table"`): the converter folds the bias
+        # itself into a constant (its MLP or table reads no input); what is left is its add to
+        # the attention scores, whose range the bias, not the scores, may set.
+        "relative position bias": ((r"/attention(_\d+)?/add(;|$)", "ADD"),),
+    }
+    # The base recipes, with the relative position bias' add declared in float for `int8` (the
+    # scores it joins are float there too, and a table's values span a range of their own).
+    quantization_recipes = {
+        **Family.quantization_recipes,
+        "int8": (*Family.quantization_recipes["int8"], ("relative position bias", "float")),
     }
     head_layers = ("head", "head_dist", "pre_logits")
-    lora_targets = TRANSFORMER_LORA_TARGETS
+    # A parallel block's Dense layers too: its fused input projection (QKV and the MLP's hidden
+    # units) for either target, its attention and MLP output projections (differential
+    # attention's one fused `out_proj` for both).
+    lora_targets = {
+        "attention": (*TRANSFORMER_LORA_TARGETS["attention"], "in_proj", "attn_out_proj", "out_proj"),
+        "mlp": (*TRANSFORMER_LORA_TARGETS["mlp"], "in_proj", "mlp_out_proj", "out_proj"),
+    }
     model_parallel_layout = {
         "patch_encoder/projection/kernel": (None, None, None, "model"),
         **TRANSFORMER_LAYOUT,

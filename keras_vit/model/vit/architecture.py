@@ -17,6 +17,9 @@ POOLINGS = ("token", "gap", "map", "none")
 # The MLP's activation (timm's `act_layer`) and kind (timm's `mlp_layer`: Mlp, SwiGLU, SwiGLUPacked).
 ACTIVATIONS = ("gelu", "gelu_tanh", "quick_gelu", "silu")
 MLPS = ("mlp", "swiglu", "swiglu_packed")
+# The norm of the blocks, the final norm and the patch embedding's (timm's `norm_layer`,
+# `embed_norm_layer`): LayerNorm or RmsNorm (AIMv2's).
+NORMS = ("layernorm", "rmsnorm")
 # The block (timm's `block_fn`): pre-norm (`Block`, `RelPosBlock`), post-norm (`ResPostBlock`,
 # `ResPostRelPosBlock`) or attention and MLP in parallel (`ParallelScalingBlock`).
 BLOCKS = ("pre_norm", "res_post", "parallel")
@@ -73,6 +76,10 @@ class Architecture:
     attention_dropout: float = 0.0
     drop_path_rate: float = 0.0
     layer_norm_epsilon: float = 1e-6
+    # The kind of every norm (its epsilon is layer_norm_epsilon), and whether the patch embedding
+    # ends in one, before the position embeddings (timm's `embed_norm_layer`, AIMv2's).
+    norm: str = "layernorm"
+    embed_norm: bool = False
     classifier_activation: str | None = None
     image_mean: list | None = None
     image_std: list | None = None
@@ -85,6 +92,8 @@ class Architecture:
     class_token: bool = True
     register_tokens: int = 0
     norm_before_pooling: bool | None = None
+    # Whether the pooling reads the prefix tokens too (timm's `pool_include_prefix`: test_vit3's).
+    pool_include_prefix: bool = False
     qkv_bias: bool = True
     proj_bias: bool = True
     pre_norm: bool = False
@@ -135,6 +144,8 @@ class Architecture:
             "shared_position_bias",
             "scale_attention_norm",
             "scale_mlp_norm",
+            "embed_norm",
+            "pool_include_prefix",
         ):
             put(name, bool(getattr(self, name)))
         if self.norm_before_pooling is not None:
@@ -161,6 +172,7 @@ class Architecture:
             ("pooling", POOLINGS),
             ("activation", ACTIVATIONS),
             ("mlp", MLPS),
+            ("norm", NORMS),
             ("block", BLOCKS),
             ("attention", ATTENTIONS),
             ("position_bias", POSITION_BIASES),
@@ -193,6 +205,11 @@ class Architecture:
         scale_norms = self.scale_attention_norm or self.scale_mlp_norm
         if self.block == "parallel" and (self.mlp != "mlp" or self.position_bias is not None or scale_norms):
             raise ValueError("block='parallel' has timm's plain MLP, and no position bias or scale norms.")
+        if self.norm == "rmsnorm" and (self.block == "res_post" or scale_norms or self.pooling == "map"):
+            raise ValueError(
+                "norm='rmsnorm' is AIMv2's norm of pre-norm blocks: give block='pre_norm' or "
+                "'parallel', no scale norms and a pooling other than 'map'."
+            )
         if self.attention == "diff" and self.scale_attention_norm:
             raise ValueError("attention='diff' has no scale_attention_norm (timm's neither).")
         halves = self.hidden_dim % (2 * self.num_heads) == 0
@@ -219,6 +236,11 @@ class Architecture:
     def prefix_tokens(self):
         """[cls], DeiT's distillation token and the registers, before the patches."""
         return int(self.class_token) + int(self.distillation_token) + self.register_tokens
+
+    @property
+    def pooled_prefix_tokens(self):
+        """The prefix tokens the pooling leaves out: none with `pool_include_prefix`."""
+        return 0 if self.pool_include_prefix else self.prefix_tokens
 
     @property
     def norm_after_pooling(self):

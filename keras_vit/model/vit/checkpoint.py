@@ -1,5 +1,6 @@
 """The ViT family's checkpoints: timm's keys, and the other layouts turned into them
-(Hugging Face transformers' ViT, DeiT, DINOv2, SigLIP and CLIP, Google's `.npz` files).
+(Hugging Face transformers' ViT, DeiT, DINOv2, SigLIP and CLIP, Google's `.npz` files, Apple's
+MobileCLIP and AIMv2).
 
 `keras_vit.model.weights` reads the files and assigns; this module says which timm key goes
 to which variable, in which layout (`keras_vit.model.state`).
@@ -26,6 +27,8 @@ def canonical(state, source):
     state = {key: value for key, value in state.items() if not key.endswith("num_batches_tracked")}
     if _MOBILECLIP_KEY in state:
         return _mobileclip_to_timm(state)
+    if _AIMV2_KEY in state:
+        return _aimv2_to_timm(state)
     if any("/" in key for key in state):
         return _npz_to_timm(state, source)
     if any(k.endswith(_CLIP_KEY) for k in state):
@@ -131,6 +134,30 @@ _TRANSFORMERS_RENAMES = [
 
 # Apple's MobileCLIP image encoder, as its own checkpoints name it (timm's `_convert_mobileclip`).
 _MOBILECLIP_PREFIX = "image_encoder.model."
+# Apple's own AIMv2 layout (`apple/aimv2-*`), renamed as timm's `_convert_aimv2` renames it: its
+# SwiGLU's fc1 is the gate, fc3 the value.
+_AIMV2_KEY = "preprocessor.patchifier.proj.weight"
+_AIMV2_RENAMES = (
+    ("norm_1", "norm1"),
+    ("norm_2", "norm2"),
+    ("preprocessor.patchifier.", "patch_embed."),
+    ("preprocessor.pos_embed", "pos_embed"),
+    ("trunk.", ""),
+    ("post_trunk_norm.", "norm."),
+    ("mlp.fc1", "mlp.fc1_g"),
+    ("mlp.fc3", "mlp.fc1_x"),
+)
+
+
+def _aimv2_to_timm(state):
+    renamed = {}
+    for key, value in state.items():
+        for old, new in _AIMV2_RENAMES:
+            key = key.replace(old, new)
+        renamed[key] = value
+    return renamed
+
+
 _MOBILECLIP_KEY = _MOBILECLIP_PREFIX + "patch_emb.0.block.conv.weight"
 _MOBILECLIP_RENAMES = (
     ("patch_emb.", "patch_embed.backbone."),
@@ -337,6 +364,8 @@ def _targets(model, encoder, final_norm_key):
         targets.append(("patch_embed.proj.weight", encoder.projection.kernel, CONV))
         if encoder.projection_bias:
             targets.append(("patch_embed.proj.bias", encoder.projection.bias, None))
+    if encoder.norm is not None:
+        targets += norm(encoder.norm, "patch_embed.norm")
     if encoder.position_embedding is not None:
         targets.append(("pos_embed", encoder.position_embedding, None))
     for key, present in (

@@ -33,7 +33,7 @@ def _mlp_macs(a, tokens):
 
 def _attention_pool(a):
     """(parameters, multiply-accumulates) of the "map" pooling (timm's AttentionPoolLatent)."""
-    d, m, n = a.hidden_dim, a.mlp_dim, a.num_patches
+    d, m, n = a.hidden_dim, a.mlp_dim, a.num_patches + a.prefix_tokens - a.pooled_prefix_tokens
     parameters = d + (d * d + d) + (2 * d * d + 2 * d) + (d * d + d) + 2 * d + (d * m + m) + (m * d + d)
     macs = d * d + n * 2 * d * d + 2 * n * d + d * d + 2 * d * m
     return parameters, macs
@@ -108,11 +108,16 @@ def _position_biases(a):
     return 1 if a.shared_position_bias else a.depth
 
 
+def _norm(a):
+    """Weights of one norm: a LayerNorm's scale and offset, or an RmsNorm's scale."""
+    return a.hidden_dim * (1 if a.norm == "rmsnorm" else 2)
+
+
 def _block_parameters(a):
     """Weights of one block: timm's `Block` (pre- or post-norm) or `ParallelScalingBlock`."""
     d, m = a.hidden_dim, a.mlp_dim
     if a.block == "parallel":  # in_norm, in_proj (MLP and QKV), the two output projections
-        block = 2 * d + d * (m + 3 * d) + (m + 3 * d if a.qkv_bias else m) + d * d + m * d
+        block = _norm(a) + d * (m + 3 * d) + (m + 3 * d if a.qkv_bias else m) + d * d + m * d
         out_projections = 1 if a.attention == "diff" else 2  # DiffParallelScalingBlock fuses them
         block += out_projections * d if a.proj_bias else 0
         block += d if a.layer_scale is not None else 0
@@ -120,7 +125,7 @@ def _block_parameters(a):
         widths, _ = _MLP_SHAPES[a.mlp]
         mlp_biases = widths * m + d if a.proj_bias else 0
         attention = d * 3 * d + (3 * d if a.qkv_bias else 0) + d * d + (d if a.proj_bias else 0)
-        block = 2 * 2 * d + attention + _mlp_macs(a, 1)[0] + mlp_biases
+        block = 2 * _norm(a) + attention + _mlp_macs(a, 1)[0] + mlp_biases
         if a.layer_scale is not None and a.block == "pre_norm":  # post-norm: the norms' initial scale
             block += 2 * d
         block += 2 * d if a.scale_attention_norm else 0
@@ -140,7 +145,7 @@ def parameter_count(a):
     projection_bias = 0 if a.pre_norm or a.stem == "convstem" else d
     embed = _patch_projection(a) + projection_bias + prefix * d + position_tokens * d + _stem(a)[0]
     block = _block_parameters(a)
-    norms = 2 * d * (int(a.pre_norm) + int(a.final_norm))
+    norms = _norm(a) * (int(a.pre_norm) + int(a.final_norm) + int(a.embed_norm))
     total = embed + a.depth * block + norms + _position_biases(a) * _position_bias(a)[0]
     if a.pooling == "map":
         total += _attention_pool(a)[0]

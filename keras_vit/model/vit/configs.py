@@ -157,9 +157,6 @@ def timm_configs(entry_points):
     configs, and why each other one is not built."""
     configs, unbuilt = {}, {}
     for name, kwargs in entry_points.items():
-        if name.startswith("test_"):
-            unbuilt[name] = "one of timm's own test models, not an architecture"
-            continue
         try:
             arguments = timm_args.from_timm(kwargs, "its entry point")
         except timm_args.NotBuildable as reason:

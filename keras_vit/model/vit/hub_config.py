@@ -22,6 +22,7 @@ _AS_IS = (
     "final_norm",
     "scale_attention_norm",
     "scale_mlp_norm",
+    "pool_include_prefix",
 )
 _AS_TIMM = {ours: timm for timm, ours in timm_args.SAME.items() if ours in _AS_IS}
 # What a ViT has that timm's VisionTransformer cannot be given in `model_args` (its parts are
@@ -31,6 +32,8 @@ _NOT_IN_TIMM = (
     "distillation_token",
     "mlp",
     "layer_norm_epsilon",
+    "norm",
+    "embed_norm",
     "block",
     "attention",
     "stem",
@@ -40,7 +43,7 @@ _NOT_IN_TIMM = (
 # The parts a timm class has or has not (absolute position embeddings or a relative position
 # bias: `VisionTransformer` or `VisionTransformerRelPos`): a model is published as one that has
 # them.
-_SAME_KIND = ("distillation_token", "mlp", "block", "attention", "stem", "stem_depths")
+_SAME_KIND = ("distillation_token", "mlp", "norm", "embed_norm", "block", "attention", "stem", "stem_depths")
 # LayerNorm epsilons this close give the same logits to well under 1e-4.
 _SAME_EPSILON = 1e-6
 # transformers' model types of the family (`model_type` in a repo's config.json), each read by its

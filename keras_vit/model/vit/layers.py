@@ -45,6 +45,21 @@ def activation_named(name):
     return ACTIVATIONS[name]
 
 
+# The norms by their kind (`ViT(norm=...)`, timm's `norm_layer`): LayerNorm or RmsNorm (AIMv2's).
+NORMS = ("layernorm", "rmsnorm")
+
+
+def norm_named(kind, epsilon, dtype, name, gamma_initializer="ones"):
+    """A norm of the kind named: LayerNorm (scale and offset) or RmsNorm (scale only)."""
+    if kind not in NORMS:
+        raise ValueError(f"norm must be one of {', '.join(map(repr, NORMS))}, got {kind!r}.")
+    if kind == "rmsnorm":
+        return keras.layers.RMSNormalization(epsilon=epsilon, dtype=dtype, name=name)
+    return keras.layers.LayerNormalization(
+        epsilon=epsilon, gamma_initializer=gamma_initializer, dtype=dtype, name=name
+    )
+
+
 def _patch_grid(height, width, patch_size):
     """Returns (rows, columns) of patches; a size not divisible by P is an error."""
     if height % patch_size or width % patch_size:
@@ -133,6 +148,10 @@ class PatchEncoder(keras.layers.Layer):
             `"resnetv2"`) whose feature map the projection turns into tokens instead of the
             pixels (timm's `HybridEmbed`); its weights are the layer's `backbone`.
         stem_depths: list of ints, default (). The stem's stage depths (`ResNetV2Stem`).
+        norm: None (default), "layernorm" or "rmsnorm". A norm on the patch tokens before the
+            prefix tokens and position embeddings join them (timm's `PatchEmbed` with
+            `embed_norm_layer`, AIMv2's), as `norm`.
+        norm_epsilon: float, default 1e-6. That norm's epsilon.
     """
 
     def __init__(
@@ -148,6 +167,8 @@ class PatchEncoder(keras.layers.Layer):
         position_embedding=True,
         stem=None,
         stem_depths=(),
+        norm=None,
+        norm_epsilon=1e-6,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -170,6 +191,8 @@ class PatchEncoder(keras.layers.Layer):
         self.has_position_embedding = bool(position_embedding)
         self.stem = stem
         self.stem_depths = [int(depth) for depth in stem_depths]
+        self.norm_kind = norm
+        self.norm_epsilon = norm_epsilon
         # Tokens before the patch tokens: [cls], DeiT's distillation token, the registers.
         self.num_prefix_tokens = self.class_token + self.distillation_token + self.register_tokens
         # Prefix tokens that have a position embedding (before the grid's embeddings).
@@ -193,6 +216,9 @@ class PatchEncoder(keras.layers.Layer):
                 dtype=self.dtype_policy,
                 name="projection",
             )
+        self.norm = None
+        if norm is not None:
+            self.norm = norm_named(norm, norm_epsilon, self.dtype_policy, "norm")
         self.dropout_layer = keras.layers.Dropout(dropout, dtype=self.dtype_policy, name="dropout")
 
     def build(self, input_shape):
@@ -211,6 +237,8 @@ class PatchEncoder(keras.layers.Layer):
         self.num_patches = self.grid_size[0] * self.grid_size[1]
         if self.projection is not None:
             self.projection.build(features)
+        if self.norm is not None:
+            self.norm.build((None, self.num_patches, self.hidden_dim))
         if self.class_token:
             self.cls_token = self.add_weight(
                 shape=(1, 1, self.hidden_dim),
@@ -248,6 +276,8 @@ class PatchEncoder(keras.layers.Layer):
         x = images if self.backbone is None else self.backbone(images, training=training)
         x = x if self.projection is None else self.projection(x)
         x = ops.reshape(x, (-1, self.num_patches, self.hidden_dim))
+        if self.norm is not None:
+            x = self.norm(x)
         tokens = [self.cls_token] if self.class_token else []
         tokens += [self.dist_token] if self.distillation_token else []
         tokens += [self.reg_token] if self.register_tokens else []
@@ -287,6 +317,8 @@ class PatchEncoder(keras.layers.Layer):
                 "position_embedding": self.has_position_embedding,
                 "stem": self.stem,
                 "stem_depths": list(self.stem_depths),
+                "norm": self.norm_kind,
+                "norm_epsilon": self.norm_epsilon,
             }
         )
         return config
@@ -865,6 +897,8 @@ class TransformerBlock(Block):
             output projection (BEiT-3's sub-LayerNorm; timm's `scale_attn_norm`).
         scale_mlp_norm: bool, default False. A LayerNorm on the MLP's hidden units before `fc2`
             (timm's `scale_mlp_norm`: `mlp_norm`).
+        norm: str, default "layernorm". The kind of the block's norms: "layernorm" or
+            "rmsnorm" (timm's `norm_layer=RmsNorm`, AIMv2's).
     """
 
     def __init__(
@@ -886,6 +920,7 @@ class TransformerBlock(Block):
         depth=0,
         scale_attention_norm=False,
         scale_mlp_norm=False,
+        norm="layernorm",
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -914,6 +949,7 @@ class TransformerBlock(Block):
         self.depth = int(depth)
         self.scale_attention_norm = bool(scale_attention_norm)
         self.scale_mlp_norm = bool(scale_mlp_norm)
+        self.norm_kind = norm
         self.mlp_part = MLPS[mlp]
         self.activation_function = activation_named(activation)
 
@@ -928,11 +964,12 @@ class TransformerBlock(Block):
             )
 
         def layer_norm(name):
-            return keras.layers.LayerNormalization(
-                epsilon=layer_norm_epsilon,
+            return norm_named(
+                norm,
+                layer_norm_epsilon,
+                self.dtype_policy,
+                name,
                 gamma_initializer=self._norm_scale_initializer(),
-                dtype=self.dtype_policy,
-                name=name,
             )
 
         self.norm1 = layer_norm("norm1")
@@ -964,9 +1001,7 @@ class TransformerBlock(Block):
         self.mlp_dropout1 = keras.layers.Dropout(dropout, dtype=self.dtype_policy, name="mlp_dropout1")
         self.mlp_norm = None
         if self.scale_mlp_norm:
-            self.mlp_norm = keras.layers.LayerNormalization(
-                epsilon=layer_norm_epsilon, dtype=self.dtype_policy, name="mlp_norm"
-            )
+            self.mlp_norm = norm_named(norm, layer_norm_epsilon, self.dtype_policy, "mlp_norm")
         self.fc2 = dense(hidden_dim, "fc2")
         self.mlp_dropout2 = keras.layers.Dropout(dropout, dtype=self.dtype_policy, name="mlp_dropout2")
         self.drop_path2 = DropPath(drop_path_rate, dtype=self.dtype_policy, name="drop_path2")
@@ -1065,6 +1100,7 @@ class TransformerBlock(Block):
                 "depth": self.depth,
                 "scale_attention_norm": self.scale_attention_norm,
                 "scale_mlp_norm": self.scale_mlp_norm,
+                "norm": self.norm_kind,
             }
         )
         return config
@@ -1128,6 +1164,7 @@ class ParallelScalingBlock(Block):
         depth=0,
         scale_attention_norm=False,
         scale_mlp_norm=False,
+        norm="layernorm",
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -1158,6 +1195,7 @@ class ParallelScalingBlock(Block):
         self.position_bias = None
         self.attention_kind = attention
         self.depth = int(depth)
+        self.norm_kind = norm
         self.activation_function = activation_named(activation)
 
         self.head_dim = hidden_dim // num_heads
@@ -1172,9 +1210,7 @@ class ParallelScalingBlock(Block):
                 name=name,
             )
 
-        self.in_norm = keras.layers.LayerNormalization(
-            epsilon=layer_norm_epsilon, dtype=self.dtype_policy, name="in_norm"
-        )
+        self.in_norm = norm_named(norm, layer_norm_epsilon, self.dtype_policy, "in_norm")
         self.in_proj = dense(mlp_dim + 3 * hidden_dim, "in_proj", self.qkv_bias)
         self.diff = None
         if attention == "diff":
@@ -1277,6 +1313,7 @@ class ParallelScalingBlock(Block):
                 "depth": self.depth,
                 "scale_attention_norm": False,
                 "scale_mlp_norm": False,
+                "norm": self.norm_kind,
             }
         )
         return config

@@ -13,6 +13,7 @@ from keras_vit.model.vit.layers import (
     PatchEncoder,
     RelativePositionBias,
     TokenPooling,
+    norm_named,
 )
 from keras_vit.model.vit.pos_embed import resample_position_embeddings
 
@@ -77,7 +78,11 @@ class ViT(FamilyModel):
         attention_dropout: float, default 0. Dropout on attention weights.
         drop_path_rate: float, default 0. Stochastic depth rate of the last
             block; it grows linearly from 0 at the first block.
-        layer_norm_epsilon: float, default 1e-6.
+        layer_norm_epsilon: float, default 1e-6. The epsilon of every norm.
+        norm: the kind of every norm (timm's `norm_layer`): `"layernorm"` (default) or
+            `"rmsnorm"` (AIMv2's; with pre-norm or parallel blocks, not with a `"map"` pooling).
+        embed_norm: bool, default False. A norm of that kind on the patch tokens, before the
+            position embeddings (timm's `embed_norm_layer`, AIMv2's).
         classifier_activation: None (logits, default) or an activation name
             such as `"softmax"`.
         image_mean: list of floats or None. Per-channel mean on the [0, 1]
@@ -99,6 +104,9 @@ class ViT(FamilyModel):
             every token before the pooling (True; timm's `fc_norm=False`) or on the pooled vector
             (False; timm's `fc_norm=True`). None is timm's `fc_norm=None`: after a `"gap"`
             pooling, before any other.
+        pool_include_prefix: bool, default False. Whether a `"gap"` or `"map"` pooling reads the
+            prefix tokens ([cls], registers) too, not the patch tokens alone (timm's
+            `pool_include_prefix`, its test_vit3's).
         qkv_bias: bool, default True. Whether the attention's query/key/value projection has a
             bias (timm's `qkv_bias`).
         proj_bias: bool, default True. Whether the attention's output projection and the MLP's
@@ -188,6 +196,8 @@ def _stem(images, arch, dtype):
         position_embedding=arch.position_bias is None,
         stem=arch.stem,
         stem_depths=arch.stem_depths,
+        norm=arch.norm if arch.embed_norm else None,
+        norm_epsilon=arch.layer_norm_epsilon,
         dtype=dtype,
         name="patch_encoder",
     )
@@ -198,7 +208,7 @@ def _stem(images, arch, dtype):
 
 
 def _layer_norm(arch, dtype, name):
-    return keras.layers.LayerNormalization(epsilon=arch.layer_norm_epsilon, dtype=dtype, name=name)
+    return norm_named(arch.norm, arch.layer_norm_epsilon, dtype, name)
 
 
 def _position_bias(arch):
@@ -243,6 +253,7 @@ def _blocks(tokens, arch, dtype):
             depth=i,
             scale_attention_norm=arch.scale_attention_norm,
             scale_mlp_norm=arch.scale_mlp_norm,
+            norm=arch.norm,
             dtype=dtype,
             name=f"block_{i}",
         )
@@ -257,13 +268,13 @@ def _pooling(arch, dtype):
             arch.hidden_dim,
             arch.num_heads,
             arch.mlp_dim,
-            num_prefix_tokens=arch.prefix_tokens,
+            num_prefix_tokens=arch.pooled_prefix_tokens,
             activation=arch.activation,
             layer_norm_epsilon=arch.layer_norm_epsilon,
             dtype=dtype,
             name="pooling",
         )
-    return TokenPooling(arch.pooling, arch.prefix_tokens, dtype=dtype, name="pooling")
+    return TokenPooling(arch.pooling, arch.pooled_prefix_tokens, dtype=dtype, name="pooling")
 
 
 def _head(tokens, arch, dtype):

@@ -30,6 +30,7 @@ SAME = {
     "drop_path_rate": "drop_path_rate",
     "scale_attn_norm": "scale_attention_norm",
     "scale_mlp_norm": "scale_mlp_norm",
+    "pool_include_prefix": "pool_include_prefix",
 }
 # Those read through a rule (`from_timm`). `num_classes` is the config's own; `dynamic_img_size`
 # changes nothing at the model's own size, and keras-vit resizes a model (`resize_model`) rather
@@ -52,6 +53,7 @@ RULED = (
     "shared_rel_pos",
     "embed_layer",
     "attn_layer",
+    "embed_norm_layer",
 )
 POOLINGS = {"token": "token", "avg": "gap", "map": "map", "": "none"}
 ACTIVATIONS = {
@@ -80,8 +82,10 @@ ATTN_LAYERS = {None: "standard", "attn": "standard", "diff": "diff"}
 TIMM_POSITION_BIASES = {None: None, "mlp": "mlp", "bias": "table"}
 # timm's `RelPosMlp` width when `rel_pos_dim` is None.
 REL_POS_DIM = 128
-# timm's LayerNorm (`timm.layers.LayerNorm`), its ViT's default norm_layer.
+# timm's LayerNorm (`timm.layers.LayerNorm`), its ViT's default norm_layer, and its RmsNorm.
 LAYER_NORM_EPS = 1e-6
+# timm's norms by the names `norm_layer` gives them (the generator writes RmsNorm's class name).
+NORM_NAMES = {"layernorm": "layernorm", "rmsnorm": "rmsnorm", "RmsNorm": "rmsnorm"}
 # timm's defaults, for the keyword arguments an entry point leaves out.
 DEFAULTS = {
     "img_size": 224,
@@ -110,12 +114,14 @@ DEFAULTS = {
     "drop_path_rate": 0.0,
     "scale_attn_norm": False,
     "scale_mlp_norm": False,
+    "pool_include_prefix": False,
     "block_fn": "Block",
     "rel_pos_type": None,
     "rel_pos_dim": None,
     "shared_rel_pos": False,
     "embed_layer": None,
     "attn_layer": None,
+    "embed_norm_layer": None,
 }
 
 
@@ -149,7 +155,8 @@ def from_timm(kwargs, source):
     arguments["norm_before_pooling"] = None if kwargs["fc_norm"] is None else not kwargs["fc_norm"]
     arguments["activation"] = _choice(kwargs, "act_layer", ACTIVATIONS, source)
     arguments["mlp"] = _choice(kwargs, "mlp_layer", {name: name for name in MLPS}, source)
-    arguments["layer_norm_epsilon"] = _layer_norm_eps(kwargs["norm_layer"], source)
+    arguments["norm"], arguments["layer_norm_epsilon"] = _norm(kwargs["norm_layer"], "norm_layer", source)
+    arguments["embed_norm"] = _embed_norm(kwargs, arguments, source)
     arguments["block"] = _choice(kwargs, "block_fn", BLOCK_FNS, source)
     arguments["attention"] = _choice(kwargs, "attn_layer", ATTN_LAYERS, source)
     if kwargs["block_fn"] == "DiffParallelScalingBlock":  # its own attention, whatever attn_layer says
@@ -201,7 +208,8 @@ def timm_kwargs(arguments):
         fc_norm=None if arch.norm_before_pooling is None else not arch.norm_before_pooling,
         act_layer=arch.activation,
         mlp_layer=arch.mlp,
-        norm_layer={"name": "layernorm", "eps": arch.layer_norm_epsilon},
+        norm_layer={"name": arch.norm, "eps": arch.layer_norm_epsilon},
+        embed_norm_layer={"name": arch.norm, "eps": arch.layer_norm_epsilon} if arch.embed_norm else None,
         block_fn=_block_fn(arch),
         rel_pos_type={ours: timm for timm, ours in TIMM_POSITION_BIASES.items()}[arch.position_bias],
         rel_pos_dim=arch.position_bias_dim,
@@ -243,12 +251,27 @@ def _choice(kwargs, key, choices, source):
     return choices[value]
 
 
-def _layer_norm_eps(norm_layer, source):
-    """The epsilon of a LayerNorm given as "layernorm" (timm's, 1e-6) or {"name", "eps"}."""
+def _norm(norm_layer, key, source):
+    """(kind, epsilon) of a norm given as "layernorm" (timm's, 1e-6), "rmsnorm" or {"name", "eps"}."""
     if norm_layer is None:
         norm_layer = "layernorm"
     if isinstance(norm_layer, str):
         norm_layer = {"name": norm_layer}
-    if not isinstance(norm_layer, dict) or norm_layer.get("name") != "layernorm":
-        raise NotBuildable(f"{source} takes norm_layer={norm_layer!r}; keras-vit's ViT has LayerNorm only.")
-    return float(norm_layer.get("eps", LAYER_NORM_EPS))
+    if not isinstance(norm_layer, dict) or norm_layer.get("name") not in NORM_NAMES:
+        raise NotBuildable(f"{source} takes {key}={norm_layer!r}; keras-vit's ViT has LayerNorm and RmsNorm.")
+    return NORM_NAMES[norm_layer["name"]], float(norm_layer.get("eps", LAYER_NORM_EPS))
+
+
+def _embed_norm(kwargs, arguments, source):
+    """Whether the patch embedding ends in a norm (timm's `embed_norm_layer`): one like the
+    model's other norms, as AIMv2's."""
+    if kwargs["embed_norm_layer"] is None:
+        return False
+    if _norm(kwargs["embed_norm_layer"], "embed_norm_layer", source) != (
+        arguments["norm"],
+        arguments["layer_norm_epsilon"],
+    ):
+        raise NotBuildable(
+            f"{source} takes an embed_norm_layer unlike its norm_layer; keras-vit's ViT has one kind of norm."
+        )
+    return True
