@@ -77,10 +77,11 @@ def _train(args):
     values["overrides"] = dict(_parse_override(item) for item in args.override or [])
     summary = train(TrainConfig(**values)).summary
     final = summary["final"]
+    best = summary["best_val_accuracy"]  # None without validation; 0.0 is a best like any other
     print(
         f"\nTrained {summary['config']['model']} for {summary['steps']} steps: "
         f"val accuracy {final.get('val_accuracy', float('nan')):.4f} (best "
-        f"{summary['best_val_accuracy'] or float('nan'):.4f}); run folder: {summary['config']['output']}"
+        f"{float('nan') if best is None else best:.4f}); run folder: {summary['config']['output']}"
     )
     return 0
 

@@ -213,6 +213,26 @@ def test_weights_that_are_no_checkpoint_are_refused_before_a_run_starts(
     assert line.startswith(f"keras-vit train: error: {says}") and not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize(
+    "best, shown", [(0.0, "(best 0.0000)"), (0.75, "(best 0.7500)"), (None, "(best nan)")]
+)
+def test_train_says_the_best_validation_accuracy_even_when_it_is_zero(best, shown, capsys, monkeypatch):
+    """A run whose best validation accuracy was 0.0 once printed "best nan" (0.0 read as none)."""
+    import types
+
+    from keras_vit.training import train
+
+    summary = {
+        "config": {"model": "vit_nano_patch4_32", "output": "runs/x"},
+        "steps": 2,
+        "final": {"val_accuracy": 0.0 if best is None else best},
+        "best_val_accuracy": best,
+    }
+    monkeypatch.setattr(train, "train", lambda config: types.SimpleNamespace(summary=summary))
+    assert main(["train", "--epochs", "1"]) == 0
+    assert shown in capsys.readouterr().out
+
+
 def test_train_flags_and_their_defaults_come_from_the_settings_declarations(capsys, monkeypatch):
     """Each `TrainConfig` setting is a flag whose help says its default as `recipes` holds it: a
     changed default changes the help, with nothing else to edit."""
