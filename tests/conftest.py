@@ -114,6 +114,10 @@ def _shuffle_files_and_tests(items, seed):
 NATIVE_LOG_LINE = r"(?m)^([IWEF]\d{4} |WARNING: All log messages before absl|INFO: Created TensorFlow Lite)"
 
 # dim 32, depth 2, 32 x 32 images: the suite's standard model.
+# A subprocess that runs this long has hung: a guard, never a time limit (tests are not timed;
+# under three workers on 2 cores, a minute's training run takes five).
+HANG_SECONDS = 1800
+
 # The tests' one tiny ViT (32x32 images, 8x8 patches of 4, width 32, 2 blocks); TINY_MODEL is its
 # size as overrides of a named config (`keras-vit train --override`).
 TINY = dict(image_size=32, patch_size=4, hidden_dim=32, depth=2, num_heads=4, mlp_dim=64, num_classes=10)

@@ -4,6 +4,7 @@ import os
 import sys
 
 import pytest
+from conftest import HANG_SECONDS
 
 BENCHMARKS = os.path.join(os.path.dirname(__file__), os.pardir, "benchmarks")
 sys.path.insert(0, BENCHMARKS)
@@ -143,7 +144,7 @@ def test_gpu_benchmark_says_in_one_line_that_there_is_no_gpu_and_exits_0():
 
     result = subprocess.run(
         [sys.executable, os.path.join(BENCHMARKS, "gpu.py")],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True, text=True, timeout=HANG_SECONDS,
         env=dict(os.environ, KERAS_BACKEND="jax", TF_CPP_MIN_LOG_LEVEL="3"),
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-2000:]
@@ -213,7 +214,11 @@ def test_the_cifar10_recipe_command_shortened_trains_scores_and_reports(tmp_path
         "--no-jit-compile",  # XLA's CPU compile of a bfloat16 step alone took about 20 s
     ]  # fmt: skip
     result = subprocess.run(
-        command, capture_output=True, text=True, timeout=600, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+        command,
+        capture_output=True,
+        text=True,
+        timeout=HANG_SECONDS,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),
     )
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads(result.stdout.strip().splitlines()[-1])

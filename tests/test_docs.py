@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 
+from conftest import HANG_SECONDS
 from test_readme import GENERATED, MKDOCS, ROOT, pages
 
 import keras_vit
@@ -23,7 +24,7 @@ def test_mkdocs_builds_the_site_strictly_with_no_warning(tmp_path):
         env=dict(os.environ, NO_MKDOCS_2_WARNING="1"),
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=HANG_SECONDS,
     )
     output = result.stdout + result.stderr
     assert result.returncode == 0 and "WARNING" not in output, output[-6000:]

@@ -21,6 +21,7 @@ import subprocess
 import sys
 
 import pytest
+from conftest import HANG_SECONDS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MKDOCS = os.path.join(ROOT, "mkdocs.yml")
@@ -444,7 +445,7 @@ def run_session(tmp_path, part):
             env=dict(os.environ, HF_ENDPOINT=hub.url, HF_HUB_CACHE=str(tmp_path / "hub-cache")),
             capture_output=True,
             text=True,
-            timeout=540,
+            timeout=HANG_SECONDS,
         )
     finally:
         hub.stop()

@@ -24,6 +24,7 @@ import full_disk
 import keras
 import numpy as np
 import pytest
+from conftest import HANG_SECONDS
 from PIL import Image
 
 from keras_vit.files import DiskFullError, atomic_write
@@ -425,7 +426,7 @@ def test_cli(export_folder, inputs, report):
         [os.path.join(VENV_BIN, "keras-vit"), "predict", export_folder["source"], *paths],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=HANG_SECONDS,
     )
     assert done.returncode == 1  # some inputs failed, the rest were classified
     lines = {
@@ -727,7 +728,7 @@ def test_serving_under_load_answers_every_request_as_it_answers_one(export_folde
     threads, requests = 8, 200
     done = subprocess.run(
         [sys.executable, "-c", SERVING_LOAD, saved_model, json.dumps(files), str(threads), str(requests)],
-        capture_output=True, text=True, timeout=600, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),
+        capture_output=True, text=True, timeout=HANG_SECONDS, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
@@ -848,7 +849,7 @@ def test_a_disk_that_fills_at_any_moment_of_training_loses_nothing_and_the_same_
             "--",
             *train,
         ]
-        stopped = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+        stopped = subprocess.run(command, env=env, capture_output=True, text=True, timeout=HANG_SECONDS)
         assert stopped.returncode == 1, (target, stopped.returncode, stopped.stderr[-2000:])
         (line,) = stopped.stderr.strip().splitlines()
         assert line.startswith("keras-vit train: error: No space left to write " + str(run)), line
@@ -1121,7 +1122,7 @@ def test_predict_on_5000_paths_prints_as_it_goes_in_bounded_memory(
     at_first_mb = int(re.search(r"VmRSS:\s+(\d+)", status).group(1)) / 1024 if still_running else 0
     rest = process.stdout.read()  # not communicate(): it would skip what readline buffered
     stderr = process.stderr.read()
-    process.wait(timeout=600)
+    process.wait(timeout=HANG_SECONDS)
     seconds = time.perf_counter() - start
     lines = [first, *rest.splitlines(keepends=True)]
     peak_mb = int(re.search(r"peak_rss_kb (\d+)", stderr).group(1)) / 1024

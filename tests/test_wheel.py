@@ -15,6 +15,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from conftest import HANG_SECONDS
 
 import keras_vit
 from keras_vit.apps.mobile import front_end
@@ -49,7 +50,7 @@ def wheel(tmp_path_factory):
         [sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", out, source],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=HANG_SECONDS,
     )
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
     (path,) = out.glob("*.whl")

@@ -162,8 +162,12 @@ def nearest_architecture(found):
 
 
 def timm_architecture(model, architectures):
-    """The timm architecture (of `architectures`) a keras-vit model is published as."""
-    return of_model(model).hub().timm_architecture(model.get_config(), architectures)
+    """The timm architecture (of `architectures`) a keras-vit model is published as. timm's own
+    test models (`test_vit`, ...) are never the nearest: they are timm's fixtures, not a name a
+    user would recognise (a model published under its own test name still keeps it)."""
+    config = model.get_config()
+    names = [n for n in architectures if not n.startswith("test_") or n == config.get("name")]
+    return of_model(model).hub().timm_architecture(config, names)
 
 
 def timm_config(model, architecture):

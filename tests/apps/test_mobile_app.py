@@ -16,7 +16,7 @@ from PIL import Image
 
 pytest.importorskip("playwright")
 
-from conftest import NATIVE_LOG_LINE  # noqa: E402
+from conftest import HANG_SECONDS, NATIVE_LOG_LINE  # noqa: E402
 
 from keras_vit.apps.mobile import browser, server  # noqa: E402
 from keras_vit.apps.mobile.build import build_app, describe_model  # noqa: E402
@@ -441,7 +441,7 @@ def test_cli_screenshot_and_clear_errors(model_path, test_images, tmp_path, phon
         [*command, model_path, "--screenshot", str(out), "--image", str(test_images[0])],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=HANG_SECONDS,
         env=env,
     )
     assert done.returncode == 0, done.stderr[-2000:]
@@ -453,7 +453,7 @@ def test_cli_screenshot_and_clear_errors(model_path, test_images, tmp_path, phon
         ([model_path, "--build-only"], "--build-only needs --output"),
         ([model_path, "--screenshot", str(out)], "--screenshot needs --image"),
     ):
-        failed = subprocess.run([*command, *arguments], capture_output=True, text=True, timeout=300)
+        failed = subprocess.run([*command, *arguments], capture_output=True, text=True, timeout=HANG_SECONDS)
         assert failed.returncode == 1 and message in failed.stderr
         assert "Traceback" not in failed.stderr
 
@@ -620,7 +620,7 @@ def test_a_non_editable_install_builds_the_app_without_npm_or_writing_into_the_p
         cwd=tmp_path,  # not the source tree, which would shadow the installed package
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=HANG_SECONDS,
     )
     assert result.returncode == 0, result.stderr[-2000:]
     where = subprocess.check_output(

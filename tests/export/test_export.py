@@ -13,7 +13,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import TINY
+from conftest import HANG_SECONDS, TINY
 
 import keras_vit
 from keras_vit.cli import main
@@ -211,7 +211,7 @@ def test_the_serving_signature_takes_a_rest_payload_in_a_fresh_process(exported,
         capture_output=True,
         text=True,
         env=env,
-        timeout=300,
+        timeout=HANG_SECONDS,
     )
     assert result.returncode == 0, result.stderr[-2000:]
     first, error_line, again = result.stdout.strip().splitlines()[-3:]
@@ -314,7 +314,7 @@ def test_predict_on_a_tflite_or_onnx_prints_only_its_answer_and_loads_no_framewo
         (os.path.join(folder, exported["saved_model"]), True),
     ):
         command = [sys.executable, "-c", CLI_AND_LIST_FRAMEWORKS, "predict", model, str(image)]
-        result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+        result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=HANG_SECONDS)
         answer, listed = result.stdout.splitlines()
         listed = json.loads(listed)
         assert listed["code"] == 0, (model, result.stderr[-2000:])
@@ -327,7 +327,7 @@ def test_predict_on_a_tflite_or_onnx_prints_only_its_answer_and_loads_no_framewo
         os.path.join(folder, "model_fp32.tflite"),
         str(image),
     ]
-    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=HANG_SECONDS)
     assert result.returncode == 0 and result.stdout.startswith(f"{image}: ") and not result.stderr, (
         result.stderr
     )
@@ -340,7 +340,7 @@ def test_evaluate_scores_an_exported_file_on_the_images_its_export_was_verified_
     keras_score = json.loads(capsys.readouterr().out)
     tflite = os.path.join(exported["folder"], "model_fp32.tflite")
     command = [sys.executable, "-c", CLI_AND_LIST_FRAMEWORKS, "evaluate", tflite, "--json"]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    result = subprocess.run(command, capture_output=True, text=True, timeout=HANG_SECONDS)
     assert result.returncode == 0, result.stderr[-2000:]
     printed, listed = result.stdout.rsplit("\n", 2)[:2]
     tflite_score = json.loads(printed)
@@ -423,7 +423,7 @@ def test_an_export_killed_at_any_point_leaves_no_version_tf_serving_would_load(t
         process.wait()
         check_versions()
     assert kills >= 1, "every export finished before it could be killed"
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=HANG_SECONDS)
     assert done.returncode == 0, done.stderr[-2000:]
     check_versions()
     assert not [e for e in home.iterdir() if e.name.startswith(".partial-")]  # killed exports' staging: gone
@@ -480,7 +480,7 @@ def test_int8_on_a_dataset_smaller_than_its_calibration_calibrates_on_what_there
         str(tmp_path / "small"), "--no-verify", "--json",
     ]  # fmt: skip
     env = {k: v for k, v in os.environ.items() if not k.startswith("TF_CPP")}  # as a user's shell has it
-    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=HANG_SECONDS)
     assert result.returncode == 0, result.stderr[-2000:]
     calibrated, *converting = result.stderr.splitlines()
     assert 0 < int(re.search(r"on the (\d+) training images .* \(200 asked\)", calibrated).group(1)) < 9

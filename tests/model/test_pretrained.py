@@ -11,7 +11,7 @@ import pytest
 import timm
 import timm.data
 import torch
-from conftest import HUB, REAL_VIT_TI, serve_real_vit_ti
+from conftest import HANG_SECONDS, HUB, REAL_VIT_TI, serve_real_vit_ti
 from timm.models import save_for_hf
 
 import keras_vit
@@ -399,7 +399,7 @@ def test_a_download_in_a_terminal_shows_huggingface_hubs_progress_bar(tiny_timm,
         shown += chunk
     os.close(leader)
     text = shown.decode(errors="replace")
-    assert process.wait(timeout=120) == 0, text[-2000:]
+    assert process.wait(timeout=HANG_SECONDS) == 0, text[-2000:]
     lines = [line for line in re.split(r"[\r\n]+", text) if line.strip()]
     bars = [line for line in lines if "model.safetensors:" in line or "config.json:" in line]
     assert any("model.safetensors: 100%|" in bar for bar in bars), text[-2000:]

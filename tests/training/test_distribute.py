@@ -9,7 +9,7 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import TINY_MODEL
+from conftest import HANG_SECONDS, TINY_MODEL
 
 # A tiny Swin for 32x32 images: 8x8 patches, windows of 4, four stages.
 TINY_SWIN = dict(
@@ -45,12 +45,13 @@ def test_mirrored_over_two_cpu_replicas_matches_one_replica_with_clipping(colors
     The replicas' gradients are summed (each holds its share of the batch), and gradient
     clipping measures the norm of that sum (keras_vit.training.optimizers.AdamW), so both runs take
     the same steps up to float32 summation order: losses agree to 1e-4 relative after 2
-    epochs. The clip norm is small enough to act on every step: without clipping the losses
-    differ by more than 1e-3.
+    epochs of 3 steps. No validation: evaluating costs as much as training here, and the
+    multi-worker test below validates. The clip norm is small enough to act on every step:
+    without clipping the losses differ by more than 1e-3.
     """
     common = dict(
-        dataset=colors_dataset, epochs=2, batch_size=8, validation_split=0.25, overrides=TINY_MODEL,
-        jit_compile=False, crop="none", flip=False, drop_path_rate=0.0,
+        dataset=colors_dataset, epochs=2, steps_per_epoch=3, batch_size=8, validation_split=0.0,
+        overrides=TINY_MODEL, jit_compile=False, crop="none", flip=False, drop_path_rate=0.0,
     )  # fmt: skip
     configs = {
         name: dict(common, output=str(tmp_path / name), strategy=strategy, clipnorm=clipnorm)
@@ -66,7 +67,7 @@ def test_mirrored_over_two_cpu_replicas_matches_one_replica_with_clipping(colors
         )
     result = subprocess.run(
         [sys.executable, "-c", LOGICAL_CPUS, json.dumps(configs)],
-        capture_output=True, text=True, timeout=300, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),
+        capture_output=True, text=True, timeout=HANG_SECONDS, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     losses = json.loads(result.stdout.strip().splitlines()[-1])
@@ -121,7 +122,7 @@ def test_multi_worker_training_ends_with_the_same_weights_on_both_workers(model,
             )  # fmt: skip
         )
     for process in processes:
-        _, err = process.communicate(timeout=300)
+        _, err = process.communicate(timeout=HANG_SECONDS)
         assert process.returncode == 0, err[-3000:]
     first, second = (np.load(tmp_path / f"weights{i}.npy") for i in range(2))
     np.testing.assert_array_equal(first, second)
@@ -183,7 +184,7 @@ def test_every_pair_of_strategy_precision_and_xla_settings_trains(colors_dataset
     assert len(pairs) == 2 * 3 + 2 * 2 + 3 * 2  # every pair of values, each at least once
     result = subprocess.run(
         [sys.executable, "-c", MATRIX, json.dumps(config), str(tmp_path), json.dumps(runs)],
-        capture_output=True, text=True, timeout=600, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),
+        capture_output=True, text=True, timeout=HANG_SECONDS, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     results = json.loads(result.stdout.strip().splitlines()[-1])

@@ -12,7 +12,7 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import NATIVE_LOG_LINE, TINY_MODEL
+from conftest import HANG_SECONDS, NATIVE_LOG_LINE, TINY_MODEL
 
 pytest.importorskip("jax")
 
@@ -48,7 +48,9 @@ def test_jax_trains_resumes_after_sigkill_evaluates_and_exports_under_tensorflow
     kill_after_two_epochs(train, _env("jax"), run)
     assert os.listdir(run / "backup") and not (run / "history.json").exists()
 
-    finished = subprocess.run(train, env=_user_env("jax"), capture_output=True, text=True, timeout=300)
+    finished = subprocess.run(
+        train, env=_user_env("jax"), capture_output=True, text=True, timeout=HANG_SECONDS
+    )
     assert finished.returncode == 0, finished.stderr[-3000:]
     _assert_quiet(finished)
     summary = json.loads((run / "history.json").read_text())
@@ -62,7 +64,7 @@ def test_jax_trains_resumes_after_sigkill_evaluates_and_exports_under_tensorflow
         env=_user_env("jax"),
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=HANG_SECONDS,
     )
     assert evaluated.returncode == 0, evaluated.stderr[-3000:]
     _assert_quiet(evaluated)
@@ -72,7 +74,7 @@ def test_jax_trains_resumes_after_sigkill_evaluates_and_exports_under_tensorflow
     exported = subprocess.run(
         _cli("export", str(run), "--output", str(tmp_path / "exports"), "--format", "tflite",
              "--quantize", "none", "--json"),
-        env=_user_env("tensorflow"), capture_output=True, text=True, timeout=300,
+        env=_user_env("tensorflow"), capture_output=True, text=True, timeout=HANG_SECONDS,
     )  # fmt: skip
     assert exported.returncode == 0, exported.stderr[-3000:]
     _assert_quiet(exported)
@@ -119,7 +121,7 @@ def test_data_parallel_over_two_devices_matches_one_device_even_distilling_from_
     result = subprocess.run(
         [sys.executable, "-c", DATA_PARALLEL, json.dumps(configs)],
         env=_env("jax", XLA_FLAGS="--xla_force_host_platform_device_count=2"),
-        capture_output=True, text=True, timeout=300,
+        capture_output=True, text=True, timeout=HANG_SECONDS,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(result.stdout.strip().splitlines()[-1])
@@ -157,7 +159,7 @@ def test_jax_inference_runs_attention_fused_with_the_explicit_ops_answers_and_tr
         env=_env("jax"),
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=HANG_SECONDS,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     found = json.loads(result.stdout.strip().splitlines()[-1])

@@ -10,7 +10,7 @@ import sys
 import keras
 import numpy as np
 import pytest
-from conftest import TINY, TINY_MODEL
+from conftest import HANG_SECONDS, TINY, TINY_MODEL
 
 import keras_vit
 from keras_vit.storage.saving import save_model
@@ -99,7 +99,7 @@ def test_a_lora_run_on_jax_resumes_its_adapters_exactly_after_sigkill_and_export
     whole = subprocess.Popen(command(tmp_path / "whole"), env=_env("jax"), stderr=subprocess.PIPE, text=True)
     kill_after_two_epochs(command(tmp_path / "killed"), _env("jax"), tmp_path / "killed")
     resumed = subprocess.run(command(tmp_path / "killed"), env=_env("jax"), capture_output=True, text=True)
-    assert resumed.returncode == 0 and whole.wait(timeout=300) == 0, resumed.stderr[-3000:]
+    assert resumed.returncode == 0 and whole.wait(timeout=HANG_SECONDS) == 0, resumed.stderr[-3000:]
     summary = json.loads((tmp_path / "killed" / "history.json").read_text())
     assert summary["optimizer_steps"] == summary["steps"] == 4 * (72 // 8)
     finished = [keras.models.load_model(tmp_path / run / "model.keras") for run in ("whole", "killed")]
@@ -112,7 +112,7 @@ def test_a_lora_run_on_jax_resumes_its_adapters_exactly_after_sigkill_and_export
         [sys.executable, "-m", "keras_vit", "export", str(tmp_path / "killed"), "--output",
          str(tmp_path / "exports"), "--format", "tflite", "--quantize", "none", "--dataset", str(held_out),
          "--json"],
-        env=_env("tensorflow"), capture_output=True, text=True, timeout=300,
+        env=_env("tensorflow"), capture_output=True, text=True, timeout=HANG_SECONDS,
     )  # fmt: skip
     assert exported.returncode == 0, exported.stderr[-3000:]
     assert json.loads(exported.stdout)["verification"]["results"]["tflite_fp32"]["meets_target"]

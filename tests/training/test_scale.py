@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 import pytest
-from conftest import TINY_MODEL
+from conftest import HANG_SECONDS, TINY_MODEL
 
 pytest.importorskip("jax")
 
@@ -72,7 +72,7 @@ def test_a_job_that_cannot_start_is_refused_in_one_line_before_anything_is_built
     result = subprocess.run(
         _cli("train", "--dataset", colors_dataset, "--output", str(tmp_path / "run"), "--strategy", strategy,
              "--batch-size", "8"),
-        env={**_env(backend), **job}, capture_output=True, text=True, timeout=120,
+        env={**_env(backend), **job}, capture_output=True, text=True, timeout=HANG_SECONDS,
     )  # fmt: skip
     assert result.returncode == 1
     assert result.stderr.strip().count("\n") == 0 and says in result.stderr, result.stderr
@@ -137,7 +137,7 @@ def test_two_jax_processes_train_as_one_stop_together_when_one_is_killed_and_res
     assert record.exists() and processes[1].poll() is None, "no backup before the job ended"
     processes[1].send_signal(signal.SIGKILL)
     killed = time.time()
-    _, stderr = processes[0].communicate(timeout=120)
+    _, stderr = processes[0].communicate(timeout=HANG_SECONDS)
     assert processes[0].returncode == 1
     assert time.time() - killed < 60  # JAX's heartbeat (10 s) notices it
     assert "process 0 of 2 stopped: another process of the job stopped" in stderr
@@ -161,7 +161,7 @@ def test_two_jax_processes_train_as_one_stop_together_when_one_is_killed_and_res
         )  # fmt: skip
         for i in range(2)
     ]
-    outputs = [p.communicate(timeout=300) for p in [*resumed, alone]]
+    outputs = [p.communicate(timeout=HANG_SECONDS) for p in [*resumed, alone]]
     for process, (_, err) in zip([*resumed, alone], outputs, strict=True):
         assert process.returncode == 0, err[-3000:]
     summaries = [json.loads(out.strip().splitlines()[-1]) for out, _ in outputs]
@@ -223,7 +223,7 @@ def test_model_parallel_shards_weights_and_moments_over_four_devices_and_remat_c
     result = subprocess.run(
         [sys.executable, "-c", ON_FOUR_DEVICES, json.dumps(settings), str(tmp_path), json.dumps(swin)],
         env=_env(XLA_FLAGS="--xla_force_host_platform_device_count=4"),
-        capture_output=True, text=True, timeout=400,
+        capture_output=True, text=True, timeout=HANG_SECONDS,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(result.stdout.strip().splitlines()[-1])
@@ -258,7 +258,7 @@ def test_model_parallel_shards_weights_and_moments_over_four_devices_and_remat_c
     exported = subprocess.run(
         _cli("export", str(tmp_path / "sharded"), "--output", str(tmp_path / "exports"), "--format", "tflite",
              "--quantize", "none", "--json"),
-        env=_env("tensorflow"), capture_output=True, text=True, timeout=300,
+        env=_env("tensorflow"), capture_output=True, text=True, timeout=HANG_SECONDS,
     )  # fmt: skip
     assert exported.returncode == 0, exported.stderr[-3000:]
     assert json.loads(exported.stdout)["verification"]["results"]["tflite_fp32"]["meets_target"]
@@ -332,7 +332,7 @@ def test_remat_lowers_xlas_memory_for_a_training_step_that_clips_its_gradients()
     result = subprocess.run(
         [sys.executable, "-c", STEP_MEMORY, benchmarks],
         env=_env(XLA_FLAGS=memory.MEMORY_AWARE_SCHEDULER, JAX_PLATFORMS="cpu"),
-        capture_output=True, text=True, timeout=300,
+        capture_output=True, text=True, timeout=HANG_SECONDS,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     figures = json.loads(result.stdout.strip().splitlines()[-1])

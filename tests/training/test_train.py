@@ -12,7 +12,7 @@ import keras
 import kill_after_backup  # tests/ is on the path (conftest.py's folder), as for full_disk
 import numpy as np
 import pytest
-from conftest import TINY_MODEL
+from conftest import HANG_SECONDS, TINY_MODEL
 
 from keras_vit.training.config import TrainConfig
 from keras_vit.training.train import build_model, compile_training_model, train
@@ -218,7 +218,7 @@ def test_files_that_do_not_decode_are_refused_by_name_before_anything_is_written
         output = tmp_path / f"run-{dataset.suffix or 'folder'}"
         result = subprocess.run(
             _cli("--dataset", str(dataset), "--output", str(output), "--epochs", "1", "--batch-size", "8"),
-            env=env, capture_output=True, text=True, timeout=300,
+            env=env, capture_output=True, text=True, timeout=HANG_SECONDS,
         )  # fmt: skip
         (line,) = result.stderr.strip().splitlines()
         assert result.returncode == 1 and line.startswith(
@@ -267,7 +267,7 @@ def test_killed_again_and_again_it_ends_exactly_like_an_uninterrupted_run(colors
         if random_moment is not None:  # or earlier, by SIGKILL: mid-step, mid-write, mid-epoch
             time.sleep(random_moment)
             process.send_signal(signal.SIGKILL)
-        _, stderr = process.communicate(timeout=300)
+        _, stderr = process.communicate(timeout=HANG_SECONDS)
         assert process.returncode in (KILLED, -signal.SIGKILL), stderr[-2000:]
         for path in output.rglob("*.keras"):  # nothing half-written under a final name
             assert zipfile.is_zipfile(path) and not zipfile.ZipFile(path).testzip(), path
@@ -280,7 +280,9 @@ def test_killed_again_and_again_it_ends_exactly_like_an_uninterrupted_run(colors
     killed_after_backup(24, random_moment=random.Random(0).uniform(2.0, 6.0))
     killed_after_backup(24)
 
-    result = subprocess.run(_cli_command(*args(output)), env=env, capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        _cli_command(*args(output)), env=env, capture_output=True, text=True, timeout=HANG_SECONDS
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     summary = json.loads((output / "history.json").read_text())
     assert summary["steps"] == summary["optimizer_steps"] == expected["steps"] == 4 * (54 // 8)
