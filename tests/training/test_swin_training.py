@@ -56,6 +56,11 @@ def _linear(layer, prefix):
         ("vit_small_r26_s32_224", dict(embed_dim=32, depth=2, num_heads=2, img_size=32)),
         ("vit_dpwee_patch16_reg1_gap_256", dict(embed_dim=32, depth=2, num_heads=2, img_size=32)),
         ("vit_dwee_patch16_reg1_gap_256", dict(embed_dim=32, depth=2, num_heads=2, img_size=32)),
+        # SigLIP's attention-pooling head (its probe and MLP: the head's full rate), DINOv2's
+        # register tokens, CLIP's norm before the blocks.
+        ("vit_base_patch16_siglip_224", dict(embed_dim=32, depth=2, num_heads=2, img_size=32)),
+        ("vit_small_patch14_reg4_dinov2", dict(embed_dim=32, depth=2, num_heads=2, img_size=28)),
+        ("vit_base_patch32_clip_224", dict(embed_dim=32, depth=2, num_heads=2, img_size=32)),
     ],
 )
 def test_layer_decay_and_weight_decay_group_the_weights_as_timm_does(name, arguments):
@@ -69,7 +74,7 @@ def test_layer_decay_and_weight_decay_group_the_weights_as_timm_does(name, argum
     names = {id(p): n for n, p in reference.named_parameters()}
     timm_scale = {names[id(p)]: group["lr_scale"] for group in groups for p in group["params"]}
     timm_decays = {names[id(p)]: group["weight_decay"] > 0 for group in groups for p in group["params"]}
-    vit = dict(hidden_dim=32, depth=2, num_heads=2, mlp_dim=128, image_size=32)  # the ViT's, in ours
+    vit = dict(hidden_dim=32, depth=2, num_heads=2, mlp_dim=128, image_size=arguments.get("img_size"))  # ours
     model = keras_vit.create_model(name, num_classes=3, **(vit if name.startswith("vit") else arguments))
     multipliers = layer_decay_multipliers(model, 0.5)
     optimizer = keras_vit.optimizers.AdamW(learning_rate=1e-3, weight_decay=0.05, lr_multipliers=multipliers)

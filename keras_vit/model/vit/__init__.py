@@ -90,17 +90,18 @@ class ViTFamily(Family):
         }
 
     def layer_groups(self, model):
-        # timm's group_matcher for the ViT: the patch embedding (a hybrid's stem with it), then
-        # each block, the final norm with the last block (timm's MATCH_PREV_GROUP), and CLIP's
-        # norm_pre too (timm's `^norm` matches it); the head, an attention pooling, a norm on the
-        # pooled vector (timm's `fc_norm`, which `^norm` does not match) and a shared relative
-        # position bias keep the full rate.
+        # timm's group_matcher for the ViT: the stem (the patch embedding, a hybrid's stem, the
+        # tokens, the position embeddings and CLIP's norm_pre: timm's stem pattern names it before
+        # `^norm` could take it), then each block, the final norm with the last block (timm's
+        # MATCH_PREV_GROUP); the head, an attention pooling, a norm on the pooled vector (timm's
+        # `fc_norm`, which `^norm` does not match) and a shared relative position bias keep the
+        # full rate.
         groups = {"patch_encoder": 0}
+        if model.pre_norm:
+            groups["norm_pre"] = 0
         groups.update({f"block_{i}": i + 1 for i in range(model.depth)})
         if model.final_norm and not model.architecture.norm_after_pooling:
             groups["norm"] = model.depth
-        if model.pre_norm:
-            groups["norm_pre"] = model.depth
         return groups, model.depth + 1
 
     def image_size_step(self, arguments):
