@@ -37,6 +37,13 @@ def timm_outputs(model, images):
         return model.eval()(torch.from_numpy(x.transpose(0, 3, 1, 2)).float()).numpy()
 
 
+def largest_difference(model, by_timm, images):
+    """The largest difference between keras-vit's `model` and timm's `by_timm` on `images`."""
+    outputs, expected = np.asarray(model(images)), timm_outputs(by_timm, images)
+    assert outputs.shape == expected.shape
+    return np.abs(outputs - expected).max()
+
+
 @contextlib.contextmanager
 def hub_cache_at(folder):
     """An empty huggingface_hub cache in `folder` while the block runs (as conftest's `hub_cache`,
@@ -72,6 +79,14 @@ class ReferenceKind:
     @property
     def hub_name(self):
         return f"hf-hub:timm/{self.tag}"
+
+    def models_at(self, image_size):
+        """(timm's model, keras-vit's model) of the served repo at `image_size`, each library
+        resizing the position embeddings its own way; keras-vit's at the tag's size is `model`."""
+        by_timm = timm.create_model(self.hub_name, pretrained=True, img_size=image_size)
+        if image_size == self.size:
+            return by_timm, self.model
+        return by_timm, keras_vit.create_model(self.hub_name, pretrained=True, image_size=image_size)
 
 
 def reference_kind(entry, randomize, cache_folder):

@@ -13,9 +13,8 @@ import torch
 from conftest import HUB
 from keras import ops
 from timm.models import save_for_hf
-from timm_reference import SMALL, reference_kind
+from timm_reference import SMALL, largest_difference, reference_kind
 from timm_reference import pixels as _pixels
-from timm_reference import timm_outputs as _timm_outputs
 
 import keras_vit
 from keras_vit.model.eva.layers import RotaryEmbedding
@@ -73,19 +72,10 @@ def kind(request, tmp_path_factory):
 
 def test_a_tag_of_each_kind_gives_timms_outputs_at_its_size_and_another(kind, hub_cache, record_parity):
     for image_size in (kind.size, kind.other_size):
-        by_timm = timm.create_model(kind.hub_name, pretrained=True, img_size=image_size)
-        model = (
-            kind.model
-            if image_size == kind.size
-            else keras_vit.create_model(kind.hub_name, pretrained=True, image_size=image_size)
-        )
+        by_timm, model = kind.models_at(image_size)
         assert model.count_params() == sum(p.numel() for p in by_timm.parameters())
         assert keras_vit.parameter_count(model) == model.count_params()
-        pixels = _pixels(image_size)
-        expected = _timm_outputs(by_timm, pixels)
-        outputs = np.asarray(model(pixels))
-        assert outputs.shape == expected.shape
-        difference = np.abs(outputs - expected).max()
+        difference = largest_difference(model, by_timm, _pixels(image_size))
         side = "x".join(map(str, image_size)) if isinstance(image_size, tuple) else image_size
         record_parity(f"timm {kind.tag.split('.')[0]} (tiny; {kind.name}), {side} px", difference, 1e-4)
         assert difference < 1e-4
@@ -236,8 +226,7 @@ def test_a_kind_publishes_for_timm_with_the_same_outputs(published, hub_cache, t
     model = keras_vit.create_model(f"hf-hub:tests/{tag}", pretrained=True, num_classes=4)
     published_folder = keras_vit.save_pretrained(model, tmp_path / "published")
     by_timm = timm.create_model(f"local-dir:{published_folder}", pretrained=True)
-    pixels = _pixels(tuple(model.image_size), seed=3)
-    assert np.abs(_timm_outputs(by_timm, pixels) - np.asarray(model(pixels))).max() < 1e-4
+    assert largest_difference(model, by_timm, _pixels(tuple(model.image_size), seed=3)) < 1e-4
 
 
 @pytest.mark.parametrize(

@@ -16,9 +16,8 @@ import timm
 import torch
 from conftest import HUB
 from timm.models import save_for_hf
-from timm_reference import SMALL, reference_kind
+from timm_reference import SMALL, largest_difference, reference_kind
 from timm_reference import pixels as _pixels
-from timm_reference import timm_outputs as _timm_outputs
 
 import keras_vit
 
@@ -109,20 +108,11 @@ def kind(request, tmp_path_factory):
 
 def test_a_timm_tag_of_each_kind_gives_timms_outputs_at_its_size_and_another(kind, hub_cache, record_parity):
     for image_size in (kind.size, kind.other_size):
-        by_timm = timm.create_model(kind.hub_name, pretrained=True, img_size=image_size)
-        model = (
-            kind.model
-            if image_size == kind.size
-            else keras_vit.create_model(kind.hub_name, pretrained=True, image_size=image_size)
-        )
+        by_timm, model = kind.models_at(image_size)
         # timm's parameters: BatchNorm's running statistics are buffers, not parameters
         trainable = sum(int(np.prod(weight.shape)) for weight in model.trainable_weights)
         assert trainable == sum(p.numel() for p in by_timm.parameters())
-        pixels = _pixels(image_size)
-        expected = _timm_outputs(by_timm, pixels)
-        outputs = np.asarray(model(pixels))
-        assert outputs.shape == expected.shape
-        difference = np.abs(outputs - expected).max()
+        difference = largest_difference(model, by_timm, _pixels(image_size))
         record_parity(f"timm {kind.tag.split('.')[0]} (tiny; {kind.name}), {image_size} px", difference, 1e-4)
         assert difference < 1e-4
 
@@ -227,8 +217,7 @@ def test_each_kind_publishes_for_timm_with_the_same_outputs(kind, hub_cache, tmp
     folder = pathlib.Path(keras_vit.save_pretrained(model, tmp_path / "published"))
     assert json.loads((folder / "config.json").read_text())["pretrained_cfg"]["license"] == model.license
     by_timm = timm.create_model(f"local-dir:{folder}", pretrained=True)
-    pixels = _pixels(model.image_size[0], seed=3)
-    assert np.abs(_timm_outputs(by_timm, pixels) - np.asarray(model(pixels))).max() < 1e-4
+    assert largest_difference(model, by_timm, _pixels(model.image_size[0], seed=3)) < 1e-4
 
 
 def test_each_kinds_block_features_are_timms(kind, hub_cache):
@@ -312,8 +301,7 @@ def test_a_tag_by_name_builds_its_own_architecture_from_a_repo_another_tag_share
     by_timm = timm.create_model(tag, pretrained=True, **SMALL)
     model = keras_vit.create_model(tag, pretrained=True)  # the tag's architecture, the repo's model_args
     assert model.activation == "quick_gelu"
-    pixels = _pixels(224, seed=5)
-    difference = np.abs(np.asarray(model(pixels)) - _timm_outputs(by_timm, pixels)).max()
+    difference = largest_difference(model, by_timm, _pixels(224, seed=5))
     record_parity(f"timm {tag} by name (tiny), from a shared repo", difference, 1e-4)
     assert difference < 1e-4
     assert keras_vit.create_model(f"hf-hub:{repo}", pretrained=True).activation == "gelu"
@@ -459,8 +447,7 @@ def test_a_tag_whose_weights_are_at_a_url_downloads_them_once_and_gives_timms_ou
         server.shutdown()
         server.server_close()
     assert model.license == by_timm.pretrained_cfg["license"] == "cc-by-nc-4.0" and not model.include_top
-    pixels = _pixels(model.image_size[0], seed=8)
-    difference = np.abs(np.asarray(model(pixels)) - _timm_outputs(by_timm, pixels)).max()
+    difference = largest_difference(model, by_timm, _pixels(model.image_size[0], seed=8))
     record_parity(f"timm {tag} by name (tiny), weights from its URL", difference, 1e-4)
     assert difference < 1e-4
     # Cached whole under its own name, nothing half-written beside it: the server is gone, it loads.
