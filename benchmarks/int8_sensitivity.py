@@ -60,11 +60,17 @@ def probabilities(flatbuffer, images):
     return np.stack(results)
 
 
-def recipes(model, skip_16_bit=False):
+def recipes(model, float_model, skip_16_bit=False):
     """`(row name, rules)` in the table's order (`skip_16_bit`: none with 16-bit activations,
-    whose reference kernels take a real model half a second an image)."""
+    whose reference kernels take a real model half a second an image). The family's op groups
+    that select no op of `float_model` (its fp32 `.tflite`) have no rows: parts this model lacks
+    (a hybrid's stem, SwiGLU's gate, attention pooling, a relative position bias)."""
     family = registry.family_of(model)
-    groups = quantize.groups(family)
+    groups = {
+        group: rules
+        for group, rules in quantize.groups(family).items()
+        if quantize.matching_ops(float_model, rules)
+    }
     rows = [("everything int8", quantize.INT8), ("everything int16", quantize.INT16)]
     # Dynamic-range int8 (activations quantised token by token at run time) in every projection,
     # with min/max weights and with Hadamard-rotated ones (`quantize.ROTATED`).
@@ -111,7 +117,7 @@ def measure(classifier, spec, image_count, calibration_count, skip_16_bit=False)
     float_model, ranges = calibration.float_model, calibration.ranges
     reference = probabilities(float_model, images)
     made = {}
-    for name, rules in recipes(classifier.model, skip_16_bit):
+    for name, rules in recipes(classifier.model, float_model, skip_16_bit):
         if not quantize.matching_ops(float_model, rules):
             raise ValueError(f"{name}: its rules match no op; were the layers renamed?")
         made[name] = lambda rules=rules: quantize.quantize(float_model, rules, ranges)

@@ -22,7 +22,7 @@ _LAYER_NORM = r"/norm\d?(_\d+)?/"
 # the normalisation that applies them), GELU and the head. A family adds its own.
 TRANSFORMER_QUANTIZATION_GROUPS = {
     "QKV and out projections": ((r"/attention(_\d+)?/", "FULLY_CONNECTED"),),
-    "MLP projections": ((r"/fc[12](_\d+)?/", "FULLY_CONNECTED"),),
+    "MLP projections": ((r"/fc([12]|1_[gx])(_\d+)?/", "FULLY_CONNECTED"),),  # SwiGLU's fc1_g and fc1_x too
     "attention matmuls": ((r"/attention(_\d+)?/", "BATCH_MATMUL"),),
     "softmax": ((r"/attention(_\d+)?/", "SOFTMAX"),),
     "LayerNorm statistics": (

@@ -7,6 +7,7 @@ each)."""
 import copy
 import json
 import pathlib
+import re
 import shutil
 
 import keras
@@ -170,22 +171,58 @@ def test_each_kind_survives_a_keras_round_trip(kind, tmp_path):
     ],
 )
 def test_each_part_exports_to_tflite_with_builtin_ops_only_and_the_same_outputs(parts):
-    from ai_edge_litert.interpreter import Interpreter
-
-    from keras_vit.export import tflite
+    """Keras' outputs from builtin ops; and the ViT family's quantisation op groups name the parts
+    a kind adds (a hybrid's stem, SwiGLU's gate, a MAP head's attention pooling) with no op in two
+    groups, and with one of those parts the `int8` recipe stays close to float."""
+    from keras_vit.export import quantize, tflite
     from keras_vit.inference.classifier import load_classifier
+    from keras_vit.model.registry import FAMILIES
 
     tiny = dict(image_size=32, patch_size=8, hidden_dim=32, depth=1, num_heads=2, mlp_dim=64, num_classes=5)
     model = keras_vit.ViT(**dict(tiny, **parts))
     flatbuffer = tflite.convert(load_classifier(model), "fp32")  # raises on a Flex or custom op
     pixels = _pixels(model.image_size[0], seed=2)[:1]
     expected = keras.ops.convert_to_numpy(keras.ops.softmax(model(pixels)))
+    np.testing.assert_allclose(_tflite_outputs(flatbuffer, pixels), expected, atol=1e-5)
+    groups = quantize.groups(FAMILIES["vit"])
+    assert not _ops_in_two_groups_or_more(flatbuffer, groups)
+    own = {
+        "hybrid stem": "stem" in parts,
+        "SwiGLU gate": parts.get("mlp", "mlp") != "mlp",
+        "attention pooling": parts.get("pooling") == "map",
+    }
+    assert {group: quantize.matching_ops(flatbuffer, groups[group]) > 0 for group in own} == own
+    if any(own.values()):
+        int8 = quantize.quantize(flatbuffer, quantize.recipes(FAMILIES["vit"])["int8"], None)
+        tflite.check_builtin_ops(int8)
+        assert np.abs(_tflite_outputs(int8, pixels) - expected).max() < 5e-3
+
+
+def _tflite_outputs(flatbuffer, pixels):
+    from ai_edge_litert.interpreter import Interpreter
+
     interpreter = Interpreter(model_content=flatbuffer)
     interpreter.allocate_tensors()
     interpreter.set_tensor(interpreter.get_input_details()[0]["index"], pixels)
     interpreter.invoke()
-    outputs = interpreter.get_tensor(interpreter.get_output_details()[0]["index"])
-    np.testing.assert_allclose(outputs, expected, atol=1e-5)
+    return interpreter.get_tensor(interpreter.get_output_details()[0]["index"])
+
+
+def _ops_in_two_groups_or_more(flatbuffer, groups):
+    """`(output name, groups)` of each op that more than one op group (`quantize.groups`) selects."""
+    from keras_vit.export import tflite_graph
+
+    found = []
+    for name, op, graph in tflite_graph.ops(flatbuffer):
+        output = graph.Tensors(op.Outputs(0)).Name().decode()
+        selecting = [
+            group
+            for group, rules in groups.items()
+            if any(rule.op in ("*", name) and re.search(rule.pattern, output) for rule in rules)
+        ]
+        if len(selecting) > 1:
+            found.append((output, selecting))
+    return found
 
 
 # keras-vit resolved this many of timm 1.0.31's pretrained ViT tags when the coverage script was

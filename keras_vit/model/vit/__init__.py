@@ -23,6 +23,15 @@ from keras_vit.model.vit import complexity
 from keras_vit.model.vit.architecture import Architecture
 from keras_vit.model.vit.configs import MODEL_CONFIGS
 
+# A hybrid's stem (`PatchEncoder`'s backbone) and SwiGLU's gate, by their ops' names.
+_STEM = r"/patch_encoder(_\d+)?/backbone(_\d+)?/"
+_GATE = r"/swiglu(_\d+)?/"
+
+
+def _outside(scope, patterns):
+    """A group's `(pattern, op)` pairs, less the ops under `scope` (a regex of their names)."""
+    return tuple((rf"^(?!.*{scope}).*{pattern}", op) for pattern, op in patterns)
+
 
 class ViTFamily(Family):
     name = "vit"
@@ -49,9 +58,28 @@ class ViTFamily(Family):
         "lambda_",
         "sub_norm",
     )
+    # The parts some kinds add have groups of their own: a hybrid's CNN stem (every op of timm's
+    # ResNetV2, its weight-standardised convolutions and GroupNorms, or of MobileCLIP's ConvStem),
+    # SwiGLU's gate (the split, the activation and the product between fc1 and fc2) and a MAP
+    # head's attention pooling (its latent's cross-attention and residual add; its MLP is in "MLP
+    # projections", its LayerNorm in the LayerNorm groups). The stem's GroupNorms are named as a
+    # block's LayerNorms (`norm1`) and both it and the gate may hold a GELU: the transformer's
+    # groups leave them out, so that no op is in two groups.
     quantization_groups = {
-        "patch projection": ((r"/patch_encoder(_\d+)?/", "CONV_2D"),),
+        "patch projection": ((r"/patch_encoder(_\d+)?/projection(_\d+)?/", "CONV_2D"),),
+        "hybrid stem": ((_STEM, "*"),),
         **TRANSFORMER_QUANTIZATION_GROUPS,
+        **{
+            group: _outside(_STEM, TRANSFORMER_QUANTIZATION_GROUPS[group])
+            for group in ("LayerNorm statistics", "LayerNorm normalisation")
+        },
+        "GELU": _outside(f"({_STEM}|{_GATE})", TRANSFORMER_QUANTIZATION_GROUPS["GELU"]),
+        "SwiGLU gate": ((_GATE, "*"),),
+        "attention pooling": (
+            (r"/pooling(_\d+)?/(q|kv|proj)(_\d+)?/", "FULLY_CONNECTED"),
+            *((r"/pooling(_\d+)?/", op) for op in ("BATCH_MATMUL", "SOFTMAX")),
+            (r"/pooling(_\d+)?/add(;|$)", "ADD"),
+        ),
         "residual adds": ((r"/block_\d+(_\d+)?/add(_\d+)?(;|$)", "ADD"),),
         # A relative position bias (`position_bias="mlp"|"table"`): the converter folds the bias
         # itself into a constant (its MLP or table reads no input); what is left is its add to

@@ -1040,7 +1040,12 @@ class TransformerBlock(Block):
 
     def _mlp(self, x, training=None):
         hidden = [layer(x) for layer in self.mlp_hidden_layers]
-        y = self.mlp_dropout1(self.mlp_part.hidden(hidden, self.activation_function), training=training)
+        # SwiGLU's gate (its split, activation and product) gets a name of its own in a converted
+        # graph, which its quantisation op group selects; a plain MLP adds no op here (fc1 fuses
+        # its activation).
+        with keras.name_scope("swiglu"):
+            y = self.mlp_part.hidden(hidden, self.activation_function)
+        y = self.mlp_dropout1(y, training=training)
         if self.mlp_norm is not None:
             y = self.mlp_norm(y)
         return self.mlp_dropout2(self.fc2(y), training=training)
