@@ -58,6 +58,48 @@ def test_a_model_without_cls_follows_the_mean_of_its_patch_tokens(tiny_config, i
     )
 
 
+@pytest.mark.parametrize("include_prefix", [False, True])
+def test_a_map_head_follows_its_probe_through_the_blocks_and_exports(tiny_config, images, include_prefix):
+    """SigLIP's head: the probe's head-averaged attention over the tokens it reads (computed here
+    from the pooling's weights) times the blocks' rollout, over the patches; past 2 registers,
+    which the probe reads too with timm's `pool_include_prefix`. The map exports with builtins."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    from export import tflite
+    from keras_vit.inference.classifier import load_classifier
+
+    model = keras_vit.ViT(
+        **tiny_config, class_token=False, pooling="map", register_tokens=2, pool_include_prefix=include_prefix
+    )
+    outputs = AttentionRollout(model)(images)
+    np.testing.assert_allclose(outputs["probabilities"], keras.ops.softmax(model(images)), atol=1e-6)
+    _, scores = attention_scores(model, images)
+    result = None
+    for block in scores:
+        mixed = 0.5 * np.asarray(block).mean(axis=1) + 0.5 * np.eye(66)
+        mixed /= mixed.sum(-1, keepdims=True)
+        result = mixed if result is None else mixed @ result
+    pooling = model.get_layer("pooling")
+    read = np.asarray(keras.Model(model.inputs, pooling.input)(images))[:, 0 if include_prefix else 2 :]
+    heads, width = pooling.num_heads, pooling.hidden_dim // pooling.num_heads
+    query = (
+        np.asarray(pooling.latent)[0] @ np.asarray(pooling.q.kernel) + np.asarray(pooling.q.bias)
+    ).reshape(heads, width)
+    keys = (read @ np.asarray(pooling.kv.kernel) + np.asarray(pooling.kv.bias))[..., : heads * width]
+    logits = np.einsum("hd,bthd->bht", query, keys.reshape(2, -1, heads, width)) * width**-0.5
+    probe = np.exp(logits - logits.max(-1, keepdims=True))
+    probe = (probe / probe.sum(-1, keepdims=True)).mean(axis=1)  # (batch, tokens read)
+    expected = np.einsum("bt,btk->bk", probe, result[:, 0 if include_prefix else 2 :])[:, 2:].reshape(
+        -1, 8, 8
+    )
+    np.testing.assert_allclose(
+        outputs["attention"], expected / expected.max(axis=(1, 2), keepdims=True), atol=1e-5
+    )
+    with_attention = Interpreter(model_content=tflite.convert_with_attention(load_classifier(model)))
+    with_attention.allocate_tensors()
+    assert sorted(tuple(d["shape"]) for d in with_attention.get_output_details()) == [(1, 8, 8), (1, 10)]
+
+
 def test_one_block_with_pure_attention_is_that_blocks_cls_row():
     scores = np.random.default_rng(0).dirichlet(np.ones(5), size=(1, 2, 5)).astype("float32")
     maps = np.asarray(rollout([scores], (2, 2), residual_weight=0.0))

@@ -7,6 +7,7 @@ count and distributed runtime are set before it starts), with the suite's tiny m
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -257,9 +258,10 @@ def test_model_parallel_shards_weights_and_moments_over_four_devices_and_remat_c
             assert all(piece == shape for piece in shards), (path, shards)  # replicated
     assert sharded == 3 * (2 + 4 * TINY_MODEL["depth"])  # each kernel, with its two moments
 
+    held_out = shutil.copytree(colors_dataset, tmp_path / "held-out")  # the run held none out
     exported = subprocess.run(
         _cli("export", str(tmp_path / "sharded"), "--output", str(tmp_path / "exports"), "--format", "tflite",
-             "--quantize", "none", "--json"),
+             "--quantize", "none", "--json", "--dataset", str(held_out)),
         env=_env("tensorflow"), capture_output=True, text=True, timeout=HANG_SECONDS,
     )  # fmt: skip
     assert exported.returncode == 0, exported.stderr[-3000:]

@@ -1,4 +1,5 @@
-"""Where a ViT looks: every block's attention weights, and attention rollout from [cls].
+"""Where a ViT looks: every block's attention weights, and attention rollout from what it
+classifies: the [cls] token, the mean of the patch tokens, or a MAP head's probe.
 
     maps = keras_vit.model.vit.attention.AttentionRollout(model)(images)["attention"]
 
@@ -6,14 +7,16 @@ Attention rollout (Abnar & Zuidema, 2020) follows attention through the
 residual stream: each block's head-averaged attention, plus the identity for
 the skip connection, rows renormalised, multiplied from the first block to the
 last. The [cls] row of the product over the patch tokens says how much each
-patch contributed to the classification token. Everything is Keras ops, so the
+patch contributed to the classification token. A model pooled by attention (SigLIP's
+MAP head) classifies its learned probe's cross-attention over the last block's tokens:
+the probe's head-averaged weights times the product. Everything is Keras ops, so the
 same graph exports to TFLite with builtin ops only.
 """
 
 import keras
 from keras import ops
 
-from keras_vit.model.vit.layers import BLOCK_CLASSES, PatchEncoder, RelativePositionBias
+from keras_vit.model.vit.layers import BLOCK_CLASSES, AttentionPoolLatent, PatchEncoder, RelativePositionBias
 
 
 def attention_scores(model, images, head=None):
@@ -28,6 +31,13 @@ def attention_scores(model, images, head=None):
     Raises:
         ValueError: `model` has no Transformer blocks.
     """
+    tokens, scores = _through_the_blocks(model, images)
+    head = head or head_model(model)
+    return head(tokens, training=False), scores
+
+
+def _through_the_blocks(model, images):
+    """The last block's tokens and every block's attention weights, first block first."""
     blocks = [layer for layer in model.layers if isinstance(layer, BLOCK_CLASSES)]
     if not blocks:
         raise ValueError(f"{model.name} has no TransformerBlock layers, so it has no attention to show.")
@@ -42,8 +52,7 @@ def attention_scores(model, images, head=None):
             shared = layer(x, training=False)
         else:
             x = layer(x, training=False)
-    head = head or head_model(model)
-    return head(x, training=False), scores
+    return x, scores
 
 
 def head_model(model):
@@ -53,7 +62,9 @@ def head_model(model):
     return keras.Model(blocks[-1].output, model.output, name=f"{model.name}_head")
 
 
-def rollout(scores, grid_size, num_prefix_tokens=1, residual_weight=0.5, from_cls=True):
+def rollout(
+    scores, grid_size, num_prefix_tokens=1, residual_weight=0.5, from_cls=True, probe=None, probe_skips=0
+):
     """Attention rollout from the [cls] token over the patch grid.
 
     Args:
@@ -63,6 +74,9 @@ def rollout(scores, grid_size, num_prefix_tokens=1, residual_weight=0.5, from_cl
         residual_weight: share of the identity (the skip connection) in each block's mix.
         from_cls: follow the [cls] token (token 0); False, for a model pooled by averaging
             with no [cls], follows the mean of the patch tokens, which is what it classifies.
+        probe: a MAP head's attention weights, `(batch, heads, 1, tokens read)`: follows the
+            probe instead (`from_cls` unused). It reads the last block's tokens after its first
+            `probe_skips` (the prefix tokens, unless timm's `pool_include_prefix`).
 
     Returns:
         `(batch, rows, cols)` float32 maps scaled so each image's largest value is 1.
@@ -74,7 +88,10 @@ def rollout(scores, grid_size, num_prefix_tokens=1, residual_weight=0.5, from_cl
         mixed = (1.0 - residual_weight) * mixed + residual_weight * ops.eye(tokens, dtype="float32")
         mixed = mixed / ops.sum(mixed, axis=-1, keepdims=True)
         result = mixed if result is None else ops.matmul(mixed, result)
-    if from_cls:
+    if probe is not None:  # no skip connection around the probe: its weights are the whole mix
+        weights = ops.mean(ops.cast(probe, "float32"), axis=1)  # (batch, 1, tokens read)
+        row = ops.matmul(weights, result[:, probe_skips:, :])[:, 0, num_prefix_tokens:]
+    elif from_cls:
         row = result[:, 0, num_prefix_tokens:]
     else:
         row = ops.mean(result[:, num_prefix_tokens:, num_prefix_tokens:], axis=1)
@@ -101,11 +118,27 @@ class AttentionRollout:
         self.outputs_probabilities = getattr(model, "classifier_activation", None) == "softmax"
         self.model = model
         self.head = head_model(model)
+        # A MAP head: the layers from the last block to its input (the final norm), to call it
+        # once more for its probe's weights.
+        self.probe = next((layer for layer in model.layers if isinstance(layer, AttentionPoolLatent)), None)
+        if self.probe is not None:
+            last_block = [layer for layer in model.layers if isinstance(layer, BLOCK_CLASSES)][-1]
+            self.to_probe = keras.Model(last_block.output, self.probe.input, name=f"{model.name}_to_probe")
 
     def __call__(self, images):
-        outputs, scores = attention_scores(self.model, images, head=self.head)
-        outputs = ops.cast(outputs, "float32")
+        tokens, scores = _through_the_blocks(self.model, images)
+        outputs = ops.cast(self.head(tokens, training=False), "float32")
+        probe = None
+        if self.probe is not None:
+            _, probe = self.probe(self.to_probe(tokens, training=False), return_attention_scores=True)
         return {
             "probabilities": outputs if self.outputs_probabilities else ops.softmax(outputs, axis=-1),
-            "attention": rollout(scores, self.grid_size, self.num_prefix_tokens, from_cls=self.from_cls),
+            "attention": rollout(
+                scores,
+                self.grid_size,
+                self.num_prefix_tokens,
+                from_cls=self.from_cls,
+                probe=probe,
+                probe_skips=self.probe.num_prefix_tokens if self.probe is not None else 0,
+            ),
         }

@@ -1462,7 +1462,9 @@ class AttentionPoolLatent(keras.layers.Layer):
         x = ops.reshape(x, (-1, num_tokens, self.num_heads, self.head_dim))
         return ops.transpose(x, (0, 2, 1, 3))
 
-    def call(self, x):
+    def call(self, x, return_attention_scores=False):
+        """The pooled vector; with `return_attention_scores`, also the probe's attention weights
+        over the tokens it reads, `(batch, heads, 1, tokens)` (what attention maps follow)."""
         x = x[:, self.num_prefix_tokens :]
         num_tokens = x.shape[1] if x.shape[1] is not None else ops.shape(x)[1]
         latent = ops.broadcast_to(ops.cast(self.latent, x.dtype), (ops.shape(x)[0], 1, self.hidden_dim))
@@ -1473,7 +1475,8 @@ class AttentionPoolLatent(keras.layers.Layer):
         out = ops.reshape(ops.transpose(ops.matmul(weights, v), (0, 2, 1, 3)), (-1, 1, self.hidden_dim))
         out = self.proj(out)
         out = out + self.fc2(self.fc1(self.norm(out)))
-        return ops.reshape(out, (-1, self.hidden_dim))
+        out = ops.reshape(out, (-1, self.hidden_dim))
+        return (out, weights) if return_attention_scores else out
 
     def compute_output_shape(self, input_shape):
         return (input_shape[0], self.hidden_dim)
