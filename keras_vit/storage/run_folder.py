@@ -72,8 +72,8 @@ class DatasetSpec:
         if not len(dataset[split]):
             raise ValueError(
                 f"{self.name} has no held-out images here (no test/ or val/ folder, and the run held "
-                f"out none: --validation-split {self.validation_split:g}): pass --dataset a folder of "
-                f"other images of the same classes."
+                f"out none: --validation-split {self.validation_split:g}): pass --dataset a folder whose "
+                f"val/ or test/ folder holds other images of the same classes."
             )
         return dataset, split
 

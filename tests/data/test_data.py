@@ -179,3 +179,17 @@ def test_a_folder_of_every_image_type_the_apps_open_decodes_as_predict_does_and_
         )
     )
     assert run.summary["steps"] == 2 * len(images.IMAGE_EXTENSIONS) // 4
+
+
+def test_a_run_that_held_out_nothing_is_verified_on_another_datasets_val_folder(colors_dataset, tmp_path):
+    """What the refusal advises works: a folder whose val/ holds images of the same classes."""
+    import shutil
+
+    from keras_vit.storage.run_folder import DatasetSpec
+
+    spec = DatasetSpec(name=colors_dataset, validation_split=0.0)
+    with pytest.raises(ValueError, match="no held-out images here .* whose val/ or test/ folder holds"):
+        spec.held_out()
+    shutil.copytree(colors_dataset, tmp_path / "other" / "val")
+    dataset, split = spec.with_name(tmp_path / "other").held_out()
+    assert split == "validation" and len(dataset[split]) == 72

@@ -258,7 +258,8 @@ def test_model_parallel_shards_weights_and_moments_over_four_devices_and_remat_c
             assert all(piece == shape for piece in shards), (path, shards)  # replicated
     assert sharded == 3 * (2 + 4 * TINY_MODEL["depth"])  # each kernel, with its two moments
 
-    held_out = shutil.copytree(colors_dataset, tmp_path / "held-out")  # the run held none out
+    held_out = tmp_path / "held-out"  # the run held none out: its images as another's val/
+    shutil.copytree(colors_dataset, held_out / "val")
     exported = subprocess.run(
         _cli("export", str(tmp_path / "sharded"), "--output", str(tmp_path / "exports"), "--format", "tflite",
              "--quantize", "none", "--json", "--dataset", str(held_out)),
