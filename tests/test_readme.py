@@ -76,10 +76,18 @@ tiny = timm.create_model("vit_tiny_patch16_224", pretrained=False, depth=1)
 safetensors.torch.save_file(tiny.state_dict(), "vit_tiny_patch16_224.safetensors")
 """
 
-# The pretrained names the README's example downloads, served by a stand-in hub (tests/hub_server.py)
-# as timm's repos: {repo: the timm name whose pretrained_cfg it carries}. Each is that ViT with one
-# block and random weights (as ONE_STEP), saved as timm's save_for_hf saves a model.
-HUB_REPOS = {"timm/vit_tiny_patch16_224.augreg_in21k_ft_in1k": "vit_tiny_patch16_224.augreg_in21k_ft_in1k"}
+# The pretrained names the README's example and the Fine-tune page's backbones download, served by a
+# stand-in hub (tests/hub_server.py) as timm's repos: {repo: the timm name whose pretrained_cfg it
+# carries}. Each is that ViT with one block and random weights (as ONE_STEP), saved as timm's
+# save_for_hf saves a model.
+HUB_REPOS = {
+    f"timm/{name}": name
+    for name in (
+        "vit_tiny_patch16_224.augreg_in21k_ft_in1k",
+        "vit_small_patch14_dinov2.lvd142m",
+        "vit_small_patch16_dinov3.lvd1689m",
+    )
+}
 
 
 def _stand_in_hub(root):
@@ -160,6 +168,23 @@ assert [m.shape[1:] for m in maps] == [(64, 64, 96), (32, 32, 192), (16, 16, 384
     "# REST from Python": Skip(
         "needs a TF Serving server (Docker); test_export checks the signature it serves"
     ),
+    # The Fine-tune page's backbones: DINOv2 and DINOv3 from the stand-in hub (HUB_REPOS), with their
+    # tags' pretrained_cfg; `data` is the Build block's (photos/).
+    "# timm's DINOv2 ViT-S/14 has no classifier: the model gives each image's pooled embedding": Run(
+        check="""
+assert backbone.output_shape == (None, 384) and not backbone.include_top
+assert dinov2.output_shape == (None, 3) and dinov2.image_size == (224, 224)
+assert any("head layer re-initialised" in line for line in WARNINGS), WARNINGS
+assert any("from a 37x37 to a 16x16 patch grid" in line for line in LOGGED), LOGGED
+assert (dinov2.image_mean, dinov2.image_std) == ([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])
+assert (dinov2.crop_pct, dinov2.crop_mode, dinov2.interpolation) == (1.0, "center", "bicubic")
+assert dinov2.license == "apache-2.0"
+assert "head" not in multipliers and multipliers["patch_encoder"] == 0.65 ** (dinov2.depth + 1)
+assert multipliers["norm"] == multipliers[f"block_{dinov2.depth - 1}"]
+assert dinov3.output_shape == (None, 384) and dinov3.license == "dinov3-license"
+assert (dinov3.global_pool, dinov3_cls.global_pool) == ("avg", "token")
+""",
+    ),
     "import math": Run(check="assert printed.strip() == '450058', printed"),  # LoRA's trainable count
     "import mediapipe as mp": Run(),  # on the export block's model and cat.jpg
 }
@@ -198,6 +223,13 @@ COMMANDS = {
     "pip install -e .[jax]": Skip("as above"),
     "pip install -e .[docs]": Skip("as above"),
     "keras-vit models": Run(),
+    "keras-vit models --pretrained": Run(),
+    "keras-vit train --weights vit_base_patch16_siglip_224.webli --dataset my_photos/ --preset finetune "
+    "--layer-decay 0.65 --output runs/siglip": Skip(
+        "SigLIP's weights are not on the stand-in hub; tests/training/test_pretrained_start.py trains "
+        "from a pretrained name, and tests/training/test_eva_training.py with --layer-decay"
+    ),
+    "keras-vit export runs/siglip": Skip("the Export section runs the same command on runs/latest"),
     "keras-vit train": Run(  # makes runs/latest, which the Export section exports
         part="export",
         stand_ins=(("keras-vit train", f"keras-vit train {LEARNS_PHOTOS}"),),
