@@ -397,6 +397,7 @@ def _manifest(classifier, source, spec, version, formats, variants, files):
         "image_size": list(classifier.image_size),
         "channels": classifier.channels,
         "class_names": classifier.class_names,
+        "license": classifier.license,  # the weights' (timm's pretrained_cfg), None when unknown
         "input": InputContract.of(classifier).description()["input"],
         "saved_model": f"../{version}" if "saved_model" in formats else None,
         "files": sorted(os.path.basename(p) for p in _written(files)),

@@ -86,6 +86,8 @@ def _model_metadata(classifier, input_is_uint8, description, output_ranks=(2,)):
     model.description = description
     model.version = _version()
     model.author = "keras-vit"
+    if classifier.license:  # the weights' licence (MediaPipe's ModelMetadata has the field)
+        model.license = classifier.license
     model.subgraphMetadata = [subgraph]
     model.minParserVersion = MIN_PARSER_VERSION
     builder = flatbuffers.Builder(0)

@@ -61,6 +61,9 @@ def _to_onnx(classifier, large_model):
     entry.key, entry.value = "class_names", "\n".join(classifier.class_names)
     entry = proto.metadata_props.add()
     entry.key, entry.value = TRANSFORM_FILE, json.dumps(classifier.transform.config())
+    if classifier.license:
+        entry = proto.metadata_props.add()
+        entry.key, entry.value = "license", classifier.license
     return proto, storage
 
 

@@ -28,6 +28,9 @@ class Classifier:
         class_names: the label of each output, in order.
         outputs_probabilities: whether `model` ends in a softmax already.
         transform: how an image is brought to `image_size` (`keras_vit.model.transform`).
+        license: the licence of the weights it was built from (timm's pretrained_cfg's, e.g.
+            "cc-by-nc-4.0"), None when unknown; every export carries it, so a user sees it before
+            shipping.
     """
 
     model: keras.Model
@@ -37,6 +40,7 @@ class Classifier:
     class_names: list
     outputs_probabilities: bool
     transform: Transform = DEFAULT
+    license: str | None = None
 
     @property
     def num_classes(self):
@@ -88,6 +92,7 @@ def load_classifier(source, name=None):
         class_names=list(class_names),
         outputs_probabilities=activation == "softmax",
         transform=Transform.of(model),
+        license=getattr(model, "license", None),
     )
 
 

@@ -41,7 +41,8 @@ def _module_from_file(name, path):
 
 
 def read_metadata(flatbuffer):
-    """Reads what our metadata records: `{"name", "description", "mean", "std", "labels"}`.
+    """Reads what our metadata records: `{"name", "description", "license", "mean", "std",
+    "labels", "transform"}` (`license`: the weights', None when the export did not know it).
 
     Raises:
         ValueError: the model has no metadata or no label file.
@@ -73,6 +74,7 @@ def _read_metadata(flatbuffer):
     return {
         "name": metadata.name.decode() if metadata.name else None,
         "description": metadata.description.decode() if metadata.description else "",
+        "license": metadata.license.decode() if metadata.license else None,
         "mean": [float(m) for m in mean],
         "std": [float(s) for s in std],
         "labels": read_labels(flatbuffer),

@@ -11,6 +11,7 @@ import zipfile
 
 import keras
 import numpy as np
+import onnx
 import pytest
 import tensorflow as tf
 from conftest import HANG_SECONDS, TINY
@@ -48,6 +49,7 @@ def tiny_model_file(tmp_path_factory, cifar_images):
         image_std=[0.25] * 3,
         class_names=class_names,
         name="tiny_vit",
+        license="cc-by-nc-4.0",  # as a fine-tune of a non-commercial checkpoint keeps it
     )
     path = tmp_path_factory.mktemp("model") / "tiny.keras"
     model.save(path)
@@ -145,6 +147,12 @@ def test_the_metadata_carries_labels_normalisation_and_the_transform(exported, c
     flatbuffer = open(os.path.join(exported["folder"], "model_fp32.tflite"), "rb").read()
     info = read_metadata(flatbuffer)
     assert info["labels"] == class_names and info["name"] == "tiny_vit"
+    # The weights' licence, in every file a user ships: the .tflite, the .onnx and export.json.
+    assert info["license"] == exported["license"] == "cc-by-nc-4.0"
+    onnx_props = {
+        p.key: p.value for p in onnx.load(os.path.join(exported["folder"], "model.onnx")).metadata_props
+    }
+    assert onnx_props["license"] == "cc-by-nc-4.0"
     assert info["mean"] == [0.0] and info["std"] == [1.0]
     # keras-vit's own model: a plain bilinear resize to its size
     assert info["transform"] == {"crop_pct": 1.0, "crop_mode": "squash", "interpolation": "bilinear"}
