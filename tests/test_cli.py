@@ -268,7 +268,7 @@ def test_the_public_api_answers_in_a_process_the_command_line_started(tmp_path):
         "print(listed, tensorflow_before, type(model).__name__)\n"
     )
     result = subprocess.run(
-        [sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=HANG_SECONDS
     )
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.split() == ["True", "False", "ViT"]

@@ -7,6 +7,8 @@ import os
 import re
 import subprocess
 
+from conftest import HANG_SECONDS
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -26,7 +28,12 @@ def test_the_quickstart_fine_tunes_the_shipped_vit_ti_offline_exports_verifies_a
         HF_HUB_CACHE=str(tmp_path / "empty-cache"),
     )
     result = subprocess.run(
-        ["bash", "scripts/quickstart.sh"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900
+        ["bash", "scripts/quickstart.sh"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=HANG_SECONDS,
     )
     assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
     assert "using the copy shipped inside keras-vit" in result.stderr, result.stderr[-3000:]

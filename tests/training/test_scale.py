@@ -297,7 +297,7 @@ def test_remat_keeps_only_each_blocks_input_for_the_backward_pass():
     """JAX's own account of what the backward pass keeps: with --remat, none of the block's
     activations (its LayerNorms, attention probabilities, MLP), only its input and weights."""
     result = subprocess.run(
-        [sys.executable, "-c", RESIDUALS], env=_env(), capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", RESIDUALS], env=_env(), capture_output=True, text=True, timeout=HANG_SECONDS
     )
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(result.stdout.strip().splitlines()[-1])

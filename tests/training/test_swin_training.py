@@ -11,6 +11,7 @@ import pytest
 import timm
 import timm.optim
 import torch
+from conftest import HANG_SECONDS
 
 import keras_vit
 from keras_vit.cli import main
@@ -152,7 +153,7 @@ print(json.dumps({{"backend": keras.backend.backend(), "logits": logits.tolist()
 """
     env = dict(os.environ, KERAS_BACKEND="jax", TF_CPP_MIN_LOG_LEVEL="3")
     done = subprocess.run(
-        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=HANG_SECONDS
     )
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])

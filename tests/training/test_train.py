@@ -252,7 +252,7 @@ def test_killed_again_and_again_it_ends_exactly_like_an_uninterrupted_run(colors
 
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     reference = subprocess.run(
-        _cli_command(*args(tmp_path / "whole")), env=env, capture_output=True, text=True, timeout=300
+        _cli_command(*args(tmp_path / "whole")), env=env, capture_output=True, text=True, timeout=HANG_SECONDS
     )
     assert reference.returncode == 0, reference.stderr[-2000:]
     expected = json.loads((tmp_path / "whole" / "history.json").read_text())
