@@ -243,7 +243,7 @@ def kill_after_two_epochs():
     def start_and_kill(command, env, output):
         process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         log = output / "log.csv"
-        deadline = time.time() + 240
+        deadline = time.time() + HANG_SECONDS
         while time.time() < deadline and process.poll() is None:
             if log.exists() and len(log.read_text().splitlines()) >= 3:  # header + 2 epochs done
                 break

@@ -132,7 +132,7 @@ def test_two_jax_processes_train_as_one_stop_together_when_one_is_killed_and_res
         env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     record = run / "backup" / "training_metadata.json"
-    deadline = time.time() + 240
+    deadline = time.time() + HANG_SECONDS
     while not record.exists() and time.time() < deadline and processes[1].poll() is None:
         time.sleep(0.1)
     assert record.exists() and processes[1].poll() is None, "no backup before the job ended"
