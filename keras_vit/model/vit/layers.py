@@ -863,8 +863,94 @@ class _SwiGLUPacked:
 MLPS = {"mlp": _Mlp(), "swiglu": _SwiGLU(), "swiglu_packed": _SwiGLUPacked()}
 
 
+class _ViTBlock(Block):
+    """What every ViT block shares: `TransformerBlock`'s arguments, kept as its attributes (the
+    kinds take the same ones, so `ViT(block=...)` swaps them), their common checks and the config.
+    A kind refuses what it cannot be; its layers read the attributes."""
+
+    def __init__(
+        self,
+        hidden_dim,
+        num_heads,
+        mlp_dim,
+        dropout=0.0,
+        attention_dropout=0.0,
+        drop_path_rate=0.0,
+        layer_norm_epsilon=1e-6,
+        layer_scale=None,
+        qkv_bias=True,
+        proj_bias=True,
+        activation="gelu",
+        mlp="mlp",
+        position_bias=None,
+        attention="standard",
+        depth=0,
+        scale_attention_norm=False,
+        scale_mlp_norm=False,
+        norm="layernorm",
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        check_positive_int(hidden_dim, "hidden_dim")
+        check_positive_int(num_heads, "num_heads")
+        check_positive_int(mlp_dim, "mlp_dim")
+        if attention not in ATTENTIONS:
+            raise ValueError(f"attention must be one of {_choices(ATTENTIONS)}, got {attention!r}.")
+        # === Config ===
+        self.hidden_dim = hidden_dim
+        self.num_heads = num_heads
+        self.mlp_dim = mlp_dim
+        self.dropout = dropout
+        self.attention_dropout = attention_dropout
+        self.drop_path_rate = drop_path_rate
+        self.layer_norm_epsilon = layer_norm_epsilon
+        self.layer_scale = None if layer_scale is None else float(layer_scale)
+        self.qkv_bias = bool(qkv_bias)
+        self.proj_bias = bool(proj_bias)
+        self.activation = activation
+        self.mlp = mlp
+        self.position_bias = None if position_bias is None else dict(position_bias)
+        self.attention_kind = attention
+        self.depth = int(depth)
+        self.scale_attention_norm = bool(scale_attention_norm)
+        self.scale_mlp_norm = bool(scale_mlp_norm)
+        self.norm_kind = norm
+        self.activation_function = activation_named(activation)
+        self._make_layers()
+
+    def _make_layers(self):
+        """The kind's checks of the arguments it cannot take, then its layers."""
+        raise NotImplementedError
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "hidden_dim": self.hidden_dim,
+                "num_heads": self.num_heads,
+                "mlp_dim": self.mlp_dim,
+                "dropout": self.dropout,
+                "attention_dropout": self.attention_dropout,
+                "drop_path_rate": self.drop_path_rate,
+                "layer_norm_epsilon": self.layer_norm_epsilon,
+                "layer_scale": self.layer_scale,
+                "qkv_bias": self.qkv_bias,
+                "proj_bias": self.proj_bias,
+                "activation": self.activation,
+                "mlp": self.mlp,
+                "position_bias": self.position_bias,
+                "attention": self.attention_kind,
+                "depth": self.depth,
+                "scale_attention_norm": self.scale_attention_norm,
+                "scale_mlp_norm": self.scale_mlp_norm,
+                "norm": self.norm_kind,
+            }
+        )
+        return config
+
+
 @keras.saving.register_keras_serializable(package="keras_vit")
-class TransformerBlock(Block):
+class TransformerBlock(_ViTBlock):
     """A pre-LayerNorm Transformer encoder block.
 
     `x + DropPath(Attention(LN(x)))`, then `x + DropPath(MLP(LN(x)))`, where
@@ -901,57 +987,16 @@ class TransformerBlock(Block):
             "rmsnorm" (timm's `norm_layer=RmsNorm`, AIMv2's).
     """
 
-    def __init__(
-        self,
-        hidden_dim,
-        num_heads,
-        mlp_dim,
-        dropout=0.0,
-        attention_dropout=0.0,
-        drop_path_rate=0.0,
-        layer_norm_epsilon=1e-6,
-        layer_scale=None,
-        qkv_bias=True,
-        proj_bias=True,
-        activation="gelu",
-        mlp="mlp",
-        position_bias=None,
-        attention="standard",
-        depth=0,
-        scale_attention_norm=False,
-        scale_mlp_norm=False,
-        norm="layernorm",
-        **kwargs,
-    ):
-        super().__init__(**kwargs)
-        check_positive_int(mlp_dim, "mlp_dim")
-        if mlp not in MLPS:
-            raise ValueError(f"mlp must be one of {', '.join(map(repr, MLPS))}, got {mlp!r}.")
-        if attention not in ATTENTIONS:
-            raise ValueError(f"attention must be one of {_choices(ATTENTIONS)}, got {attention!r}.")
-        if attention == "diff" and (position_bias is not None or scale_attention_norm):
+    def _make_layers(self):
+        if self.mlp not in MLPS:
+            raise ValueError(f"mlp must be one of {', '.join(map(repr, MLPS))}, got {self.mlp!r}.")
+        if self.attention_kind == "diff" and (self.position_bias is not None or self.scale_attention_norm):
             raise ValueError("Differential attention takes no relative position bias and no scale norm.")
-        # === Config ===
-        self.hidden_dim = hidden_dim
-        self.num_heads = num_heads
-        self.mlp_dim = mlp_dim
-        self.dropout = dropout
-        self.attention_dropout = attention_dropout
-        self.drop_path_rate = drop_path_rate
-        self.layer_norm_epsilon = layer_norm_epsilon
-        self.layer_scale = None if layer_scale is None else float(layer_scale)
-        self.qkv_bias = bool(qkv_bias)
-        self.proj_bias = bool(proj_bias)
-        self.activation = activation
-        self.mlp = mlp
-        self.position_bias = None if position_bias is None else dict(position_bias)
-        self.attention_kind = attention
-        self.depth = int(depth)
-        self.scale_attention_norm = bool(scale_attention_norm)
-        self.scale_mlp_norm = bool(scale_mlp_norm)
-        self.norm_kind = norm
-        self.mlp_part = MLPS[mlp]
-        self.activation_function = activation_named(activation)
+        self.mlp_part = MLPS[self.mlp]
+        hidden_dim, num_heads, norm, layer_norm_epsilon = (
+            self.hidden_dim, self.num_heads, self.norm_kind, self.layer_norm_epsilon
+        )  # fmt: skip
+        dropout, attention_dropout, drop_path_rate = self.dropout, self.attention_dropout, self.drop_path_rate
 
         def dense(units, name, activation=None):
             return keras.layers.Dense(
@@ -976,25 +1021,25 @@ class TransformerBlock(Block):
         common = dict(
             attention_dropout=attention_dropout,
             dropout=dropout,
-            qkv_bias=qkv_bias,
-            proj_bias=proj_bias,
+            qkv_bias=self.qkv_bias,
+            proj_bias=self.proj_bias,
             dtype=self.dtype_policy,
             name="attention",
         )
-        if attention == "diff":
+        if self.attention_kind == "diff":
             self.attention = DifferentialAttention(hidden_dim, num_heads, depth=self.depth, **common)
         else:
             self.attention = MultiHeadSelfAttention(
                 hidden_dim,
                 num_heads,
-                position_bias=position_bias,
+                position_bias=self.position_bias,
                 scale_norm=self.scale_attention_norm,
                 layer_norm_epsilon=layer_norm_epsilon,
                 **common,
             )
         self.drop_path1 = DropPath(drop_path_rate, dtype=self.dtype_policy, name="drop_path1")
         self.norm2 = layer_norm("norm2")
-        widths, self.mlp_hidden_dim = self.mlp_part.widths(mlp_dim)
+        widths, self.mlp_hidden_dim = self.mlp_part.widths(self.mlp_dim)
         fused = self.activation_function if self.mlp_part.fused_activation else None
         for name, units in zip(self.mlp_part.hidden_layers, widths, strict=True):
             setattr(self, name, dense(units, name, activation=fused))
@@ -1084,32 +1129,6 @@ class TransformerBlock(Block):
     def compute_output_spec(self, x, training=None, return_attention_scores=False, position_bias=None):
         return _output_spec(self, x, return_attention_scores)
 
-    def get_config(self):
-        config = super().get_config()
-        config.update(
-            {
-                "hidden_dim": self.hidden_dim,
-                "num_heads": self.num_heads,
-                "mlp_dim": self.mlp_dim,
-                "dropout": self.dropout,
-                "attention_dropout": self.attention_dropout,
-                "drop_path_rate": self.drop_path_rate,
-                "layer_norm_epsilon": self.layer_norm_epsilon,
-                "layer_scale": self.layer_scale,
-                "qkv_bias": self.qkv_bias,
-                "proj_bias": self.proj_bias,
-                "activation": self.activation,
-                "mlp": self.mlp,
-                "position_bias": self.position_bias,
-                "attention": self.attention_kind,
-                "depth": self.depth,
-                "scale_attention_norm": self.scale_attention_norm,
-                "scale_mlp_norm": self.scale_mlp_norm,
-                "norm": self.norm_kind,
-            }
-        )
-        return config
-
 
 @keras.saving.register_keras_serializable(package="keras_vit")
 class ResPostBlock(TransformerBlock):
@@ -1137,7 +1156,7 @@ class ResPostBlock(TransformerBlock):
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
-class ParallelScalingBlock(Block):
+class ParallelScalingBlock(_ViTBlock):
     """Attention and MLP in parallel from one LayerNorm and one input projection (ViT-22B's,
     timm's `ParallelScalingBlock`; with `attention="diff"`, its `DiffParallelScalingBlock`):
     `x + DropPath(LayerScale(attn_out_proj(Attention(q, k, v)) + mlp_out_proj(act(h))))`, where
@@ -1150,58 +1169,16 @@ class ParallelScalingBlock(Block):
     Args: `TransformerBlock`'s (`mlp` must be "mlp" and `position_bias` None, as timm's).
     """
 
-    def __init__(
-        self,
-        hidden_dim,
-        num_heads,
-        mlp_dim,
-        dropout=0.0,
-        attention_dropout=0.0,
-        drop_path_rate=0.0,
-        layer_norm_epsilon=1e-6,
-        layer_scale=None,
-        qkv_bias=True,
-        proj_bias=True,
-        activation="gelu",
-        mlp="mlp",
-        position_bias=None,
-        attention="standard",
-        depth=0,
-        scale_attention_norm=False,
-        scale_mlp_norm=False,
-        norm="layernorm",
-        **kwargs,
-    ):
-        super().__init__(**kwargs)
-        check_positive_int(hidden_dim, "hidden_dim")
-        check_positive_int(num_heads, "num_heads")
-        check_positive_int(mlp_dim, "mlp_dim")
-        if scale_attention_norm or scale_mlp_norm:
+    def _make_layers(self):
+        if self.scale_attention_norm or self.scale_mlp_norm:
             raise ValueError("A parallel block has no scale norms (timm's neither).")
-        if mlp != "mlp" or position_bias is not None:
+        if self.mlp != "mlp" or self.position_bias is not None:
             raise ValueError("A parallel block has timm's plain MLP and no relative position bias.")
-        if attention not in ATTENTIONS:
-            raise ValueError(f"attention must be one of {_choices(ATTENTIONS)}, got {attention!r}.")
-        if hidden_dim % num_heads:
-            raise ValueError(f"num_heads={num_heads} does not divide hidden_dim={hidden_dim}.")
-        # === Config ===
-        self.hidden_dim = hidden_dim
-        self.num_heads = num_heads
-        self.mlp_dim = mlp_dim
-        self.dropout = dropout
-        self.attention_dropout = attention_dropout
-        self.drop_path_rate = drop_path_rate
-        self.layer_norm_epsilon = layer_norm_epsilon
-        self.layer_scale = None if layer_scale is None else float(layer_scale)
-        self.qkv_bias = bool(qkv_bias)
-        self.proj_bias = bool(proj_bias)
-        self.activation = activation
-        self.mlp = mlp
-        self.position_bias = None
-        self.attention_kind = attention
-        self.depth = int(depth)
-        self.norm_kind = norm
-        self.activation_function = activation_named(activation)
+        if self.hidden_dim % self.num_heads:
+            raise ValueError(f"num_heads={self.num_heads} does not divide hidden_dim={self.hidden_dim}.")
+        hidden_dim, num_heads, mlp_dim, depth = self.hidden_dim, self.num_heads, self.mlp_dim, self.depth
+        attention, norm, layer_norm_epsilon = self.attention_kind, self.norm_kind, self.layer_norm_epsilon
+        dropout, attention_dropout, drop_path_rate = self.dropout, self.attention_dropout, self.drop_path_rate
 
         self.head_dim = hidden_dim // num_heads
         self.scale = self.head_dim**-0.5
@@ -1296,32 +1273,6 @@ class ParallelScalingBlock(Block):
 
     def compute_output_spec(self, x, training=None, return_attention_scores=False, position_bias=None):
         return _output_spec(self, x, return_attention_scores)
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(
-            {
-                "hidden_dim": self.hidden_dim,
-                "num_heads": self.num_heads,
-                "mlp_dim": self.mlp_dim,
-                "dropout": self.dropout,
-                "attention_dropout": self.attention_dropout,
-                "drop_path_rate": self.drop_path_rate,
-                "layer_norm_epsilon": self.layer_norm_epsilon,
-                "layer_scale": self.layer_scale,
-                "qkv_bias": self.qkv_bias,
-                "proj_bias": self.proj_bias,
-                "activation": self.activation,
-                "mlp": self.mlp,
-                "position_bias": None,
-                "attention": self.attention_kind,
-                "depth": self.depth,
-                "scale_attention_norm": False,
-                "scale_mlp_norm": False,
-                "norm": self.norm_kind,
-            }
-        )
-        return config
 
 
 # The block by its kind (`ViT(block=...)`, timm's `block_fn`).
