@@ -317,3 +317,5 @@ def _take_pretrained_settings(values):
         size = found.arguments["image_size"]
         values["image_size"] = int(size if isinstance(size, int) else size[0])
     values["image_mean"], values["image_std"] = tuple(found.image_mean), tuple(found.image_std)
+    if found.license:  # a fine-tune keeps its weights' licence, and every export carries it
+        values["overrides"] = {"license": found.license, **values["overrides"]}

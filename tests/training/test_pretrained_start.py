@@ -31,7 +31,9 @@ def test_train_from_a_pretrained_name_takes_its_architecture_and_weights_with_a_
         "vit_small_patch16_224", pretrained=False, num_classes=5, img_size=32, patch_size=4, embed_dim=32,
         depth=2, num_heads=4, mlp_ratio=2.0,
     )  # fmt: skip
-    reference.pretrained_cfg = dict(reference.pretrained_cfg, mean=(0.4, 0.5, 0.6), std=(0.2, 0.3, 0.4))
+    reference.pretrained_cfg = dict(
+        reference.pretrained_cfg, mean=(0.4, 0.5, 0.6), std=(0.2, 0.3, 0.4), license="cc-by-nc-4.0"
+    )
     save_for_hf(reference, HUB.repo_folder("tests/small-to-tune"), safe_serialization=True)
     output = tmp_path / "run"
     assert main(_two_frozen_steps(colors_dataset, "hf-hub:tests/small-to-tune", output)) == 0
@@ -39,6 +41,7 @@ def test_train_from_a_pretrained_name_takes_its_architecture_and_weights_with_a_
     assert model.name == "vit_small_patch16_224" and model.image_size == (32, 32)
     assert (model.hidden_dim, model.depth, model.num_classes) == (32, 2, 3)
     assert model.image_mean == [0.4, 0.5, 0.6] and model.image_std == [0.2, 0.3, 0.4]
+    assert model.license == "cc-by-nc-4.0"  # the weights' licence, which the exports carry
     # The frozen backbone is the pretrained one, weight for weight.
     state = reference.state_dict()
     qkv = {w.path: np.asarray(w) for w in model.weights}["block_1/attention/qkv/kernel"]
