@@ -20,7 +20,7 @@ import tensorflow as tf
 from keras_vit.data.contract import InputContract
 from keras_vit.data.pipeline import starts_with
 from keras_vit.inference.runtimes import TOP_K
-from keras_vit.storage.export_folder import LABELS_FILE, TRANSFORM_FILE
+from keras_vit.storage.export_folder import LABELS_FILE, LICENSE_FILE, TRANSFORM_FILE
 
 # TF Serving's server-side batching (`--enable_batching --batching_parameters_file=...`):
 # requests arriving within 2 ms are run as one batch of up to 32 images, which serving_default's
@@ -206,3 +206,6 @@ def write_saved_model(classifier, path):
         f.write("".join(f"{name}\n" for name in classifier.class_names))
     with open(os.path.join(path, "assets", TRANSFORM_FILE), "w") as f:
         json.dump(classifier.transform.config(), f)
+    if classifier.license:  # the weights' licence, beside the labels
+        with open(os.path.join(path, "assets", LICENSE_FILE), "w") as f:
+            f.write(classifier.license + "\n")

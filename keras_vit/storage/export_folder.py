@@ -19,6 +19,7 @@ from keras_vit.storage.run_folder import DatasetSpec
 
 MANIFEST_FILE = "export.json"
 LABELS_FILE = "labels.txt"  # one class name per line: here, in SavedModel assets and in TFLite metadata
+LICENSE_FILE = "license.txt"  # the weights' licence (timm's pretrained_cfg), in SavedModel assets
 # The evaluation transform (crop_pct, crop_mode, interpolation) as JSON: in SavedModel assets, in
 # TFLite metadata, and as an ONNX metadata entry of this name.
 TRANSFORM_FILE = "transform.json"

@@ -24,7 +24,7 @@ from keras_vit.export.exporter import QUANTIZATIONS, export_model, next_version,
 from keras_vit.inference.classifier import load_classifier
 from keras_vit.inference.runtimes import open_model
 from keras_vit.inference.tflite_metadata import read_metadata
-from keras_vit.storage.export_folder import BATCHING_FILE, ONNX_FILE
+from keras_vit.storage.export_folder import BATCHING_FILE, LICENSE_FILE, ONNX_FILE
 
 VENV_BIN = os.path.dirname(sys.executable)
 
@@ -147,12 +147,15 @@ def test_the_metadata_carries_labels_normalisation_and_the_transform(exported, c
     flatbuffer = open(os.path.join(exported["folder"], "model_fp32.tflite"), "rb").read()
     info = read_metadata(flatbuffer)
     assert info["labels"] == class_names and info["name"] == "tiny_vit"
-    # The weights' licence, in every file a user ships: the .tflite, the .onnx and export.json.
+    # The weights' licence, in every file a user ships: the .tflite, the .onnx, export.json and the
+    # SavedModel's assets.
     assert info["license"] == exported["license"] == "cc-by-nc-4.0"
     onnx_props = {
         p.key: p.value for p in onnx.load(os.path.join(exported["folder"], "model.onnx")).metadata_props
     }
     assert onnx_props["license"] == "cc-by-nc-4.0"
+    saved_model = os.path.join(os.path.dirname(exported["folder"]), str(exported["version"]), "assets")
+    assert open(os.path.join(saved_model, LICENSE_FILE)).read() == "cc-by-nc-4.0\n"
     assert info["mean"] == [0.0] and info["std"] == [1.0]
     # keras-vit's own model: a plain bilinear resize to its size
     assert info["transform"] == {"crop_pct": 1.0, "crop_mode": "squash", "interpolation": "bilinear"}
