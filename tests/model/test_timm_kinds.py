@@ -179,6 +179,7 @@ def test_each_part_exports_to_tflite_with_builtin_ops_only_and_the_same_outputs(
     from keras_vit.model.registry import FAMILIES
 
     tiny = dict(image_size=32, patch_size=8, hidden_dim=32, depth=1, num_heads=2, mlp_dim=64, num_classes=5)
+    keras.utils.set_random_seed(0)  # the same weights every run: int8's error depends on them
     model = keras_vit.ViT(**dict(tiny, **parts))
     flatbuffer = tflite.convert(load_classifier(model), "fp32")  # raises on a Flex or custom op
     pixels = _pixels(model.image_size[0], seed=2)[:1]
@@ -195,7 +196,9 @@ def test_each_part_exports_to_tflite_with_builtin_ops_only_and_the_same_outputs(
     if any(own.values()):
         int8 = quantize.quantize(flatbuffer, quantize.recipes(FAMILIES["vit"])["int8"], None)
         tflite.check_builtin_ops(int8)
-        assert np.abs(_tflite_outputs(int8, pixels) - expected).max() < 5e-3
+        # Dynamic-range int8 on random weights moves probabilities by up to 1e-2 (the SwiGLU part
+        # without a final norm: 1e-4 to 9.7e-3 over seeds 0-7); a broken recipe moves them by tenths.
+        assert np.abs(_tflite_outputs(int8, pixels) - expected).max() < 2e-2
 
 
 def _tflite_outputs(flatbuffer, pixels):
