@@ -171,20 +171,38 @@ def test_each_kind_survives_a_keras_round_trip(kind, tmp_path):
     ],
 )
 def test_each_part_exports_to_tflite_with_builtin_ops_only_and_the_same_outputs(parts):
-    """Keras' outputs from builtin ops; and the ViT family's quantisation op groups name the parts
-    a kind adds (a hybrid's stem, SwiGLU's gate, a MAP head's attention pooling) with no op in two
-    groups, and with one of those parts the `int8` recipe stays close to float."""
-    from keras_vit.export import quantize, tflite
+    """Keras' outputs from builtin ops, in tensors of 5-D at most (the phone app's GPU path); the
+    attention-map model (`--attention`) from builtins too, with Keras' probabilities and rollout
+    map (a MAP head's: its probe's); a MAP head's or registers' export, with a new head and class
+    names, read by MediaPipe's ImageClassifier naming LiteRT's top-1; and the ViT family's
+    quantisation op groups name the parts a kind adds (a hybrid's stem, SwiGLU's gate, a MAP head's
+    attention pooling) with no op in two groups, and with one of those parts the `int8` recipe
+    stays close to float."""
+    from keras_vit.export import metadata, quantize, tflite, tflite_graph
     from keras_vit.inference.classifier import load_classifier
     from keras_vit.model.registry import FAMILIES
+    from keras_vit.model.vit.attention import AttentionRollout
 
     tiny = dict(image_size=32, patch_size=8, hidden_dim=32, depth=1, num_heads=2, mlp_dim=64, num_classes=5)
+    class_names = ["tench", "goldfish", "shark", "ray", "cock"]  # a new head's, as a fine-tune's
     keras.utils.set_random_seed(0)  # the same weights every run: int8's error depends on them
-    model = keras_vit.ViT(**dict(tiny, **parts))
-    flatbuffer = tflite.convert(load_classifier(model), "fp32")  # raises on a Flex or custom op
+    model = keras_vit.ViT(**dict(tiny, **parts), class_names=class_names)
+    classifier = load_classifier(model)
+    flatbuffer = tflite.convert(classifier, "fp32")  # raises on a Flex or custom op
     pixels = _pixels(model.image_size[0], seed=2)[:1]
     expected = keras.ops.convert_to_numpy(keras.ops.softmax(model(pixels)))
     np.testing.assert_allclose(_tflite_outputs(flatbuffer, pixels), expected, atol=1e-5)
+    # LiteRT's GPU delegate and LiteRT.js' WebGPU (docs/apps.md) take tensors of 5-D at most.
+    attention = tflite.convert_with_attention(classifier)  # raises on a Flex or custom op
+    for converted in (flatbuffer, attention):
+        assert max(tflite_graph.transpose_ranks(converted)) <= 5
+        assert max(_tensor_ranks(converted)) <= 5
+    by_keras = AttentionRollout(model)(pixels)
+    probabilities, maps = _tflite_outputs(attention, pixels, count=2)
+    np.testing.assert_allclose(probabilities, np.asarray(by_keras["probabilities"]), atol=1e-5)
+    np.testing.assert_allclose(maps, np.asarray(by_keras["attention"]), atol=1e-4)
+    if parts.get("pooling") == "map" or parts.get("register_tokens"):
+        _mediapipe_names_litert_s_top1(metadata.add_metadata(flatbuffer, classifier), class_names)
     groups = quantize.groups(FAMILIES["vit"])
     assert not _ops_in_two_groups_or_more(flatbuffer, groups)
     own = {
@@ -201,14 +219,51 @@ def test_each_part_exports_to_tflite_with_builtin_ops_only_and_the_same_outputs(
         assert np.abs(_tflite_outputs(int8, pixels) - expected).max() < 2e-2
 
 
-def _tflite_outputs(flatbuffer, pixels):
+def _tflite_outputs(flatbuffer, pixels, count=1):
+    """The probabilities; with `count=2`, `(probabilities, the attention model's (1, rows, cols) map)`."""
     from ai_edge_litert.interpreter import Interpreter
 
     interpreter = Interpreter(model_content=flatbuffer)
     interpreter.allocate_tensors()
     interpreter.set_tensor(interpreter.get_input_details()[0]["index"], pixels)
     interpreter.invoke()
-    return interpreter.get_tensor(interpreter.get_output_details()[0]["index"])
+    outputs = sorted(interpreter.get_output_details(), key=lambda output: len(output["shape"]))
+    assert len(outputs) == count
+    found = [interpreter.get_tensor(output["index"]) for output in outputs]
+    return found[0] if count == 1 else found
+
+
+def _tensor_ranks(flatbuffer):
+    """The rank of every tensor an op of the main graph reads or writes."""
+    from keras_vit.export import tflite_graph
+
+    ranks = set()
+    for _, op, graph in tflite_graph.ops(flatbuffer):
+        for index in [op.Inputs(j) for j in range(op.InputsLength())] + [
+            op.Outputs(j) for j in range(op.OutputsLength())
+        ]:
+            if index >= 0:  # -1: an optional input left out
+                ranks.add(graph.Tensors(index).ShapeLength())
+    return ranks
+
+
+def _mediapipe_names_litert_s_top1(flatbuffer, class_names):
+    """MediaPipe's ImageClassifier reads the `.tflite` with keras-vit's metadata: the top-1 LiteRT
+    gives, named from the packed labels, with its probability."""
+    mp = pytest.importorskip("mediapipe")
+    from mediapipe.tasks.python import BaseOptions, vision
+
+    options = vision.ImageClassifierOptions(base_options=BaseOptions(model_asset_buffer=flatbuffer))
+    with vision.ImageClassifier.create_from_options(options) as classifier:
+        for seed in (3, 4):
+            # At the model's size, so that MediaPipe resizes nothing: the same pixels as LiteRT's.
+            pixels = _pixels(32, seed=seed)[0].round().astype(np.uint8)
+            result = classifier.classify(mp.Image(image_format=mp.ImageFormat.SRGB, data=pixels))
+            top = result.classifications[0].categories[0]
+            probabilities = _tflite_outputs(flatbuffer, pixels[None].astype(np.float32))[0]
+            assert top.category_name == class_names[top.index]
+            assert probabilities[top.index] == pytest.approx(float(probabilities.max()), abs=1e-6)
+            assert top.score == pytest.approx(float(probabilities.max()), abs=1e-5)
 
 
 def _ops_in_two_groups_or_more(flatbuffer, groups):
