@@ -993,10 +993,6 @@ class TransformerBlock(_ViTBlock):
         if self.attention_kind == "diff" and (self.position_bias is not None or self.scale_attention_norm):
             raise ValueError("Differential attention takes no relative position bias and no scale norm.")
         self.mlp_part = MLPS[self.mlp]
-        hidden_dim, num_heads, norm, layer_norm_epsilon = (
-            self.hidden_dim, self.num_heads, self.norm_kind, self.layer_norm_epsilon
-        )  # fmt: skip
-        dropout, attention_dropout, drop_path_rate = self.dropout, self.attention_dropout, self.drop_path_rate
 
         def dense(units, name, activation=None):
             return keras.layers.Dense(
@@ -1010,8 +1006,8 @@ class TransformerBlock(_ViTBlock):
 
         def layer_norm(name):
             return norm_named(
-                norm,
-                layer_norm_epsilon,
+                self.norm_kind,
+                self.layer_norm_epsilon,
                 self.dtype_policy,
                 name,
                 gamma_initializer=self._norm_scale_initializer(),
@@ -1019,37 +1015,39 @@ class TransformerBlock(_ViTBlock):
 
         self.norm1 = layer_norm("norm1")
         common = dict(
-            attention_dropout=attention_dropout,
-            dropout=dropout,
+            attention_dropout=self.attention_dropout,
+            dropout=self.dropout,
             qkv_bias=self.qkv_bias,
             proj_bias=self.proj_bias,
             dtype=self.dtype_policy,
             name="attention",
         )
         if self.attention_kind == "diff":
-            self.attention = DifferentialAttention(hidden_dim, num_heads, depth=self.depth, **common)
+            self.attention = DifferentialAttention(
+                self.hidden_dim, self.num_heads, depth=self.depth, **common
+            )
         else:
             self.attention = MultiHeadSelfAttention(
-                hidden_dim,
-                num_heads,
+                self.hidden_dim,
+                self.num_heads,
                 position_bias=self.position_bias,
                 scale_norm=self.scale_attention_norm,
-                layer_norm_epsilon=layer_norm_epsilon,
+                layer_norm_epsilon=self.layer_norm_epsilon,
                 **common,
             )
-        self.drop_path1 = DropPath(drop_path_rate, dtype=self.dtype_policy, name="drop_path1")
+        self.drop_path1 = DropPath(self.drop_path_rate, dtype=self.dtype_policy, name="drop_path1")
         self.norm2 = layer_norm("norm2")
         widths, self.mlp_hidden_dim = self.mlp_part.widths(self.mlp_dim)
         fused = self.activation_function if self.mlp_part.fused_activation else None
         for name, units in zip(self.mlp_part.hidden_layers, widths, strict=True):
             setattr(self, name, dense(units, name, activation=fused))
-        self.mlp_dropout1 = keras.layers.Dropout(dropout, dtype=self.dtype_policy, name="mlp_dropout1")
+        self.mlp_dropout1 = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy, name="mlp_dropout1")
         self.mlp_norm = None
         if self.scale_mlp_norm:
-            self.mlp_norm = norm_named(norm, layer_norm_epsilon, self.dtype_policy, "mlp_norm")
-        self.fc2 = dense(hidden_dim, "fc2")
-        self.mlp_dropout2 = keras.layers.Dropout(dropout, dtype=self.dtype_policy, name="mlp_dropout2")
-        self.drop_path2 = DropPath(drop_path_rate, dtype=self.dtype_policy, name="drop_path2")
+            self.mlp_norm = norm_named(self.norm_kind, self.layer_norm_epsilon, self.dtype_policy, "mlp_norm")
+        self.fc2 = dense(self.hidden_dim, "fc2")
+        self.mlp_dropout2 = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy, name="mlp_dropout2")
+        self.drop_path2 = DropPath(self.drop_path_rate, dtype=self.dtype_policy, name="drop_path2")
 
     def build(self, input_shape):
         if input_shape[-1] != self.hidden_dim:
@@ -1176,11 +1174,8 @@ class ParallelScalingBlock(_ViTBlock):
             raise ValueError("A parallel block has timm's plain MLP and no relative position bias.")
         if self.hidden_dim % self.num_heads:
             raise ValueError(f"num_heads={self.num_heads} does not divide hidden_dim={self.hidden_dim}.")
-        hidden_dim, num_heads, mlp_dim, depth = self.hidden_dim, self.num_heads, self.mlp_dim, self.depth
-        attention, norm, layer_norm_epsilon = self.attention_kind, self.norm_kind, self.layer_norm_epsilon
-        dropout, attention_dropout, drop_path_rate = self.dropout, self.attention_dropout, self.drop_path_rate
 
-        self.head_dim = hidden_dim // num_heads
+        self.head_dim = self.hidden_dim // self.num_heads
         self.scale = self.head_dim**-0.5
 
         def dense(units, name, use_bias):
@@ -1192,24 +1187,29 @@ class ParallelScalingBlock(_ViTBlock):
                 name=name,
             )
 
-        self.in_norm = norm_named(norm, layer_norm_epsilon, self.dtype_policy, "in_norm")
-        self.in_proj = dense(mlp_dim + 3 * hidden_dim, "in_proj", self.qkv_bias)
+        self.in_norm = norm_named(self.norm_kind, self.layer_norm_epsilon, self.dtype_policy, "in_norm")
+        self.in_proj = dense(self.mlp_dim + 3 * self.hidden_dim, "in_proj", self.qkv_bias)
         self.diff = None
-        if attention == "diff":
+        if self.attention_kind == "diff":
             self.diff = DifferentialAttentionCore(
-                hidden_dim, num_heads, depth, attention_dropout, dtype=self.dtype_policy, name="diff"
+                self.hidden_dim,
+                self.num_heads,
+                self.depth,
+                self.attention_dropout,
+                dtype=self.dtype_policy,
+                name="diff",
             )
         self.attention_dropout_layer = keras.layers.Dropout(
-            attention_dropout, dtype=self.dtype_policy, name="attention_dropout"
+            self.attention_dropout, dtype=self.dtype_policy, name="attention_dropout"
         )
-        self.mlp_dropout = keras.layers.Dropout(dropout, dtype=self.dtype_policy, name="mlp_dropout")
+        self.mlp_dropout = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy, name="mlp_dropout")
         self.out_proj = self.attn_out_proj = self.mlp_out_proj = None
         if self.diff is not None:
-            self.out_proj = dense(hidden_dim, "out_proj", self.proj_bias)
+            self.out_proj = dense(self.hidden_dim, "out_proj", self.proj_bias)
         else:
-            self.attn_out_proj = dense(hidden_dim, "attn_out_proj", self.proj_bias)
-            self.mlp_out_proj = dense(hidden_dim, "mlp_out_proj", self.proj_bias)
-        self.drop_path = DropPath(drop_path_rate, dtype=self.dtype_policy, name="drop_path")
+            self.attn_out_proj = dense(self.hidden_dim, "attn_out_proj", self.proj_bias)
+            self.mlp_out_proj = dense(self.hidden_dim, "mlp_out_proj", self.proj_bias)
+        self.drop_path = DropPath(self.drop_path_rate, dtype=self.dtype_policy, name="drop_path")
 
     def build(self, input_shape):
         self.in_norm.build(input_shape)
