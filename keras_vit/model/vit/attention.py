@@ -118,19 +118,23 @@ class AttentionRollout:
         self.outputs_probabilities = getattr(model, "classifier_activation", None) == "softmax"
         self.model = model
         self.head = head_model(model)
-        # A MAP head: the layers from the last block to its input (the final norm), to call it
-        # once more for its probe's weights.
+        # A MAP head runs in three parts, so that its probe's weights come out of the one call
+        # that pools: the layers from the last block to it (the final norm), the pooling, the rest.
         self.probe = next((layer for layer in model.layers if isinstance(layer, AttentionPoolLatent)), None)
         if self.probe is not None:
             last_block = [layer for layer in model.layers if isinstance(layer, BLOCK_CLASSES)][-1]
             self.to_probe = keras.Model(last_block.output, self.probe.input, name=f"{model.name}_to_probe")
+            self.after_probe = keras.Model(self.probe.output, model.output, name=f"{model.name}_after_probe")
 
     def __call__(self, images):
         tokens, scores = _through_the_blocks(self.model, images)
-        outputs = ops.cast(self.head(tokens, training=False), "float32")
         probe = None
-        if self.probe is not None:
-            _, probe = self.probe(self.to_probe(tokens, training=False), return_attention_scores=True)
+        if self.probe is None:
+            outputs = self.head(tokens, training=False)
+        else:
+            pooled, probe = self.probe(self.to_probe(tokens, training=False), return_attention_scores=True)
+            outputs = self.after_probe(pooled, training=False)
+        outputs = ops.cast(outputs, "float32")
         return {
             "probabilities": outputs if self.outputs_probabilities else ops.softmax(outputs, axis=-1),
             "attention": rollout(
