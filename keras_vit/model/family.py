@@ -35,8 +35,12 @@ TRANSFORMER_QUANTIZATION_GROUPS = {
 # Norms and biases: timm's 1-d rule, no weight decay in any family.
 ONE_D_WEIGHTS = ("gamma", "beta", "bias")
 # Where LoRA goes in a transformer block: the Dense layers of its attention (the default) and of
-# its MLP, by their paths inside the block.
-TRANSFORMER_LORA_TARGETS = {"attention": ("attention/qkv", "attention/proj"), "mlp": ("fc1", "fc2")}
+# its MLP (fc1, or a SwiGLU's gate and value `fc1_g` and `fc1_x`), by their paths inside the
+# block; a block adapts those it has.
+TRANSFORMER_LORA_TARGETS = {
+    "attention": ("attention/qkv", "attention/proj"),
+    "mlp": ("fc1", "fc1_g", "fc1_x", "fc2"),
+}
 # How `--strategy model-parallel` shards a transformer block's kernels over the mesh's "model"
 # axis (Megatron's split: QKV and fc1 by output column, the attention output and fc2 by input
 # row), by variable path. Every weight no pattern matches (norms, biases, tokens) is replicated.
@@ -44,6 +48,7 @@ TRANSFORMER_LAYOUT = {
     r".*/attention/qkv/kernel": (None, "model"),
     r".*/attention/proj/kernel": ("model", None),
     r".*/fc1/kernel": (None, "model"),
+    r".*/fc1_[gx]/kernel": (None, "model"),  # a SwiGLU's gate and value, as fc1
     r".*/fc2/kernel": ("model", None),
     "head/kernel": ("model", None),  # by input row: any class count shards
 }

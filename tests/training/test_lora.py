@@ -145,3 +145,23 @@ def test_lora_adapts_a_parallel_blocks_fused_projections(attention, targets, ada
         if getattr(layer, "lora_enabled", False):
             layer.lora_kernel_b.assign(np.full(layer.lora_kernel_b.shape, 0.1, "float32"))
     assert np.abs(np.asarray(model(images)) - before).max() > 1e-3  # the adapters are in the graph
+
+
+@pytest.mark.parametrize(
+    "mlp, adapted",
+    [
+        ("swiglu", ("attention/qkv", "attention/proj", "fc1_g", "fc1_x", "fc2")),  # DINOv2-g, AIMv2
+        ("swiglu_packed", ("attention/qkv", "attention/proj", "fc1", "fc2")),  # gate and value in fc1
+    ],
+)
+def test_lora_on_the_mlp_adapts_a_swiglus_gate_and_value(mlp, adapted):
+    """`--lora-targets mlp` on a SwiGLU MLP adapts its gate and its value (`fc1_g`, `fc1_x`), as
+    it adapts fc1 of a plain MLP: leaving them out would train a third of the MLP it names."""
+    model = keras_vit.ViT(
+        image_size=32, patch_size=8, hidden_dim=32, depth=2, num_heads=2, mlp_dim=64, num_classes=10, mlp=mlp
+    )
+    keras_vit.enable_lora(model, 2, targets=("attention", "mlp"))
+    enabled = sorted(layer.path for layer in model._flatten_layers() if getattr(layer, "lora_enabled", False))
+    assert enabled == sorted(f"block_{i}/{name}" for i in range(2) for name in adapted)
+    trainable = sum(int(np.prod(v.shape)) for v in model.trainable_weights)
+    assert trainable == _adapted_parameters(model, 2, adapted)

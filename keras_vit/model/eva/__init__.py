@@ -20,6 +20,7 @@ from keras_vit.model.eva.configs import MODEL_CONFIGS
 from keras_vit.model.family import (
     ONE_D_WEIGHTS,
     TRANSFORMER_LAYOUT,
+    TRANSFORMER_LORA_TARGETS,
     TRANSFORMER_QUANTIZATION_GROUPS,
     Family,
 )
@@ -74,13 +75,12 @@ class EvaFamily(Family):
             "attention/v_proj",
             "attention/proj",
         ),
-        "mlp": ("fc1", "fc1_g", "fc1_x", "fc2"),
+        "mlp": TRANSFORMER_LORA_TARGETS["mlp"],
     }
     model_parallel_layout = {
         "patch_embed/projection/kernel": (None, None, None, "model"),
         **TRANSFORMER_LAYOUT,
         r".*/attention/[qkv]_proj/kernel": (None, "model"),
-        r".*/fc1_[gx]/kernel": (None, "model"),
     }
 
     def columns(self, name):
