@@ -37,11 +37,11 @@ class TrainConfig:
     )
     model: str | None = setting("a name from `keras-vit models`")
     output: str = setting("the run folder; rerun the same command to resume", "runs/latest")
-    preset: str = setting(
+    preset: str | None = setting(
         "the recipe for every setting not given: scratch, finetune, or small-scratch (a plain ViT from "
         "scratch on CIFAR-10; see docs/benchmarks/cifar10.md)",
-        "scratch",
         choices=sorted(PRESETS),
+        default_text="finetune with --weights, else scratch",
     )
     epochs: int | None = setting("passes over the training images")
     batch_size: int | None = setting("the global batch, split over replicas")
@@ -263,12 +263,14 @@ class TrainConfig:
     def resolved(self):
         """This config with every setting left None taken from the preset, else from
         `recipes.DEFAULTS`; validated."""
-        if self.preset not in PRESETS:
-            raise ValueError(f"Unknown preset {self.preset!r}; presets: {', '.join(sorted(PRESETS))}.")
         values = dataclasses.asdict(self)
+        # Pretrained weights want fine-tuning's small steps: scratch's would wash them out.
+        values["preset"] = self.preset or ("finetune" if self.weights else "scratch")
+        if values["preset"] not in PRESETS:
+            raise ValueError(f"Unknown preset {self.preset!r}; presets: {', '.join(sorted(PRESETS))}.")
         if values["weights"] and _names_a_pretrained_model(values["weights"]):
             _take_pretrained_settings(values)
-        for source in (PRESETS[self.preset], DEFAULTS):
+        for source in (PRESETS[values["preset"]], DEFAULTS):
             for key, value in source.items():
                 if values.get(key) is None:
                     values[key] = value

@@ -48,6 +48,9 @@ def test_train_from_a_pretrained_name_takes_its_architecture_and_weights_with_a_
     np.testing.assert_allclose(qkv, state["blocks.1.attn.qkv.weight"].numpy().T, atol=1e-6)
     recorded = json.loads((output / "preprocessing.json").read_text())
     assert recorded["image_mean"] == [0.4, 0.5, 0.6]
+    # No --preset: pretrained weights take fine-tuning's settings, not scratch's steps of 1e-3.
+    settings = json.loads((output / "history.json").read_text())["config"]
+    assert settings["preset"] == "finetune" and settings["learning_rate"] == 1e-4
 
 
 def test_train_with_a_name_that_is_no_model_is_one_line(colors_dataset, hub_cache, tmp_path, capsys):
