@@ -3,6 +3,7 @@ frozen, the head trained, and a merged model saved; backups that resume the adap
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -13,7 +14,9 @@ import pytest
 from conftest import HANG_SECONDS, TINY, TINY_MODEL
 
 import keras_vit
+from keras_vit.model import registry
 from keras_vit.storage.saving import save_model
+from keras_vit.training.lora import lora_layers
 
 TINY_SWIN = dict(image_size=32, embed_dim=16, depths=(1, 1), num_heads=(1, 2), window_size=4, num_classes=10)
 
@@ -165,3 +168,44 @@ def test_lora_on_the_mlp_adapts_a_swiglus_gate_and_value(mlp, adapted):
     assert enabled == sorted(f"block_{i}/{name}" for i in range(2) for name in adapted)
     trainable = sum(int(np.prod(v.shape)) for v in model.trainable_weights)
     assert trainable == _adapted_parameters(model, 2, adapted)
+
+
+# One architecture of each kind of block the families build: plain, CLIP, MAP head, registers,
+# SwiGLU (packed and not), post-norm, relative position bias, parallel and differential
+# attention, hybrid stems, AIMv2's RMSNorms; the Eva's rotary kinds (fused and separate QKV).
+EVERY_BLOCK_KIND = [
+    "vit_small_patch16_224", "vit_base_patch16_clip_224", "vit_base_patch16_siglip_224",
+    "vit_small_patch14_reg4_dinov2", "vit_giant_patch14_dinov2", "aimv2_large_patch14_224",
+    "vit_base_patch16_rpn_224", "vit_relpos_small_patch16_224", "vit_pwee_patch16_reg1_gap_256",
+    "vit_dwee_patch16_reg1_gap_256", "vit_dpwee_patch16_reg1_gap_256", "vit_small_r26_s32_224",
+    "beit3_base_patch16_224", "vit_small_patch16_dinov3", "eva02_tiny_patch14_224",
+    "vit_pe_core_small_patch16_384", "swin_tiny_patch4_window7_224",
+]  # fmt: skip
+# Two blocks each (a Swin: one per stage, two in the third).
+FEW_BLOCKS = {"swin_tiny_patch4_window7_224": dict(depths=(1, 1, 2, 1))}
+
+
+@pytest.mark.parametrize("name", EVERY_BLOCK_KIND)
+def test_lora_model_parallel_and_remat_reach_every_projection_of_every_block(name):
+    """`--lora-targets attention,mlp` adapts, and `--strategy model-parallel` shards, every Dense
+    layer of every block (but a relative position bias' own small MLP), and `--remat` recomputes
+    every block: a kind whose layers carry other names would train, shard or recompute only a
+    part of itself, silently."""
+    family = registry.family_named(name)
+    model = keras_vit.create_model(name, num_classes=3, **FEW_BLOCKS.get(name, dict(depth=2)))
+    blocks = [model.get_layer(block) for block in family.block_names(model.get_config())]
+    assert len(blocks) == sum(hasattr(layer, "rematerialise") for layer in model._flatten_layers()) >= 2
+    dense = {
+        layer.path
+        for block in blocks
+        for layer in block._flatten_layers()
+        if isinstance(layer, keras.layers.Dense) and "/rel_pos/" not in layer.path
+    }
+    assert {layer.path for layer in lora_layers(model, ("attention", "mlp"))} == dense
+    kernels = [
+        w.path for w in model.weights if w.path.rsplit("/", 1)[0] in dense and w.path.endswith("kernel")
+    ]
+    unsharded = [
+        path for path in kernels if not any(re.search(p, path) for p in family.model_parallel_layout)
+    ]
+    assert len(kernels) >= 2 * len(blocks) and not unsharded

@@ -103,6 +103,10 @@ class ViTFamily(Family):
     model_parallel_layout = {
         "patch_encoder/projection/kernel": (None, None, None, "model"),
         **TRANSFORMER_LAYOUT,
+        # A parallel block's fused input projection by output column, its output projections by
+        # input row, as QKV and fc1, and proj and fc2.
+        r".*/in_proj/kernel": (None, "model"),
+        r".*/(attn_out_proj|mlp_out_proj|out_proj)/kernel": ("model", None),
         "head_dist/kernel": ("model", None),
     }
 
