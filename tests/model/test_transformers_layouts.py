@@ -300,3 +300,24 @@ def test_training_from_a_transformers_repo_builds_its_architecture(kind, referen
     assert not differ, {key: (trained[key], loaded[key]) for key in sorted(differ)}
     assert config.image_size == loaded["image_size"][0]
     np.testing.assert_allclose(config.image_mean, MEAN)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_transformers_layout_publishes_for_timm_with_the_same_outputs(
+    kind, references, hub_cache, tmp_path
+):
+    """`save_pretrained` writes a model read from transformers' layout in timm's (the nearest
+    architecture, `model_args` for the rest, the processor's normalisation and crop), and timm
+    builds it with keras-vit's outputs: CLIPModel's projection is its head."""
+    timm = pytest.importorskip("timm")
+    model = keras_vit.create_model(f"hf-hub:{_repo(kind)}", pretrained=True)
+    folder = keras_vit.save_pretrained(model, tmp_path / "published")
+    by_timm = timm.create_model(f"local-dir:{folder}", pretrained=True).eval()
+    config = by_timm.pretrained_cfg
+    np.testing.assert_allclose(config["mean"], MEAN)
+    np.testing.assert_allclose(config["std"], STD)
+    assert tuple(config["input_size"][1:]) == tuple(model.image_size)
+    pixels = _pixels(model.image_size[0], seed=4)
+    with torch.no_grad():
+        by_timm_outputs = by_timm(_torch_input(pixels)).numpy()
+    assert np.abs(np.asarray(model(pixels)) - by_timm_outputs).max() < 1e-4

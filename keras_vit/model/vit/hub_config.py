@@ -38,7 +38,6 @@ _NOT_IN_TIMM = (
     "attention",
     "stem",
     "stem_depths",
-    "position_embedding_interpolation",
 )
 # The parts a timm class has or has not (absolute position embeddings or a relative position
 # bias: `VisionTransformer` or `VisionTransformerRelPos`): a model is published as one that has
@@ -280,6 +279,11 @@ def timm_model_args(config, named, architecture):
     differ = {key for key, value in named.items() if key in config and config[key] != value}
     if _same_epsilon(config, named):
         differ.discard("layer_norm_epsilon")
+    # How position embeddings are resampled to another size: at the published size nothing is
+    # resampled and timm's outputs are the model's; at another, timm resamples with the named
+    # architecture's kernel (transformers' DINOv2, SigLIP and CLIP use their own, as they do
+    # between themselves and timm).
+    differ.discard("position_embedding_interpolation")
     cannot = sorted(differ & set(_NOT_IN_TIMM))
     if not _same_position_kind(config, named):
         cannot.append("position embeddings (absolute or relative)")
