@@ -237,7 +237,7 @@ def test_a_kind_publishes_for_timm_with_the_same_outputs(published, hub_cache, t
     ],
     ids=["dinov3", "dinov3 gated"],
 )
-def test_a_transformers_dinov3_repo_gives_its_pooler_output(config, hub_cache, record_parity):
+def test_a_transformers_dinov3_repo_gives_its_pooler_output(config, hub_cache, record_parity, tmp_path):
     """transformers' DINOv3ViTModel layout, with transformers' meaning: `pooler_output` ([cls])."""
     from transformers import DINOv3ViTConfig, DINOv3ViTModel
 
@@ -269,6 +269,10 @@ def test_a_transformers_dinov3_repo_gives_its_pooler_output(config, hub_cache, r
     kind = "gated MLP" if config.get("use_gated_mlp") else "registers"
     record_parity(f"transformers DINOv3ViTModel (tiny; {kind}), pooler_output", difference, 1e-4)
     assert difference < 1e-4
+    # Published in timm's layout, timm builds it with the same output ([cls] pooling in model_args).
+    published = keras_vit.save_pretrained(model, tmp_path / "published")
+    by_timm = timm.create_model(f"local-dir:{published}", pretrained=True)
+    assert largest_difference(model, by_timm, pixels) < 1e-4
 
 
 @pytest.mark.parametrize("kind", ["cat", "dinov3", "mixed"])
