@@ -61,6 +61,7 @@ SLOWEST_FILES = (
     "test_real_checkpoint.py",  # 134 s
     "test_train.py",
     "test_export.py",
+    "test_app_backbones.py",  # 80-100 s: three fine-tunes and exports, a browser
     "test_mobile_app.py",
     "test_benchmarks.py",
     "test_desktop_app.py",
