@@ -86,8 +86,9 @@ def recipes(model, float_model, skip_16_bit=False):
     for group, rules in groups.items():
         rows.append((f"16-bit base, {group} int8", (*quantize.base_16(family), *rules)))
     layer_groups, _ = family.layer_groups(model)
-    for layer in layer_groups:  # the patch embedding, then each block
-        rows.append((f"only {layer} int8", (*quantize.layer_rules(layer), *quantize.FLOAT_IO)))
+    for layer in layer_groups:  # the patch embedding, then each block (a layer with no op: none)
+        if quantize.matching_ops(float_model, quantize.layer_rules(layer)):
+            rows.append((f"only {layer} int8", (*quantize.layer_rules(layer), *quantize.FLOAT_IO)))
     if skip_16_bit:
         rows = [(name, rules) for name, rules in rows if all(rule.activation_bits != 16 for rule in rules)]
     return rows

@@ -126,7 +126,7 @@ def test_each_rotary_kind_exports_to_tflite_builtins_and_onnx_with_the_same_outp
     import onnxruntime
     from ai_edge_litert.interpreter import Interpreter
 
-    from keras_vit.export import onnx_model, tflite
+    from keras_vit.export import onnx_model, tflite, tflite_graph
     from keras_vit.inference.classifier import load_classifier
 
     model = keras_vit.Eva(
@@ -167,6 +167,23 @@ def test_each_rotary_kind_exports_to_tflite_builtins_and_onnx_with_the_same_outp
     assert all(
         quantize.matching_ops(flatbuffer, quantize.layer_rules(name)) for name in ("patch_embed", "block_0")
     )
+    # The integer-only variant converts (the rotation's sign is in the sine table: TFLite has no
+    # 16-bit NEG) with no op in float, and gives Keras' probabilities to its 16-bit steps.
+    classifier = load_classifier(model)
+    strict = tflite.convert(classifier, "int8_strict", tflite.Calibration(classifier, _pixels(32, seed=3)))
+    assert not tflite_graph.float_ops(strict)
+    assert "NEG" not in {name for name, _, _ in tflite_graph.ops(strict)}
+    strict_interpreter = Interpreter(model_content=strict)
+    strict_interpreter.allocate_tensors()
+    given, output = strict_interpreter.get_input_details()[0], strict_interpreter.get_output_details()[0]
+    pixel_bytes = np.round(pixels)
+    strict_interpreter.set_tensor(given["index"], pixel_bytes.astype(given["dtype"]))
+    strict_interpreter.invoke()
+    scale, zero_point = output["quantization"]
+    probabilities = (strict_interpreter.get_tensor(output["index"]).astype("float32") - zero_point) * scale
+    expected = keras.ops.convert_to_numpy(keras.ops.softmax(model(pixel_bytes)))
+    # Measured 2e-3 to 1.6e-2 over the three kinds (uint8 probabilities: steps of 1/256).
+    assert np.abs(probabilities - expected).max() < 3e-2
 
 
 def test_each_kinds_block_features_are_timms(kind, hub_cache):

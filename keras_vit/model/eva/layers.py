@@ -315,18 +315,22 @@ class RotaryEmbedding(keras.layers.Layer):
 
 def rotate(x, sin, cos, rotate_half):
     """`x * cos + rot(x) * sin` over the last axis: `rot` swaps each pair `(a, b)` to `(-b, a)`,
-    pairs being neighbours (interleaved) or the two halves (`rotate_half`)."""
+    pairs being neighbours (interleaved) or the two halves (`rotate_half`). The minus goes into
+    the sine table (`(-b) * s == b * (-s)` exactly), which export folds into a constant: no NEG
+    op, which TFLite's 16-bit integer kernels lack."""
     width = x.shape[-1]
     if rotate_half:
         first, second = x[..., : width // 2], x[..., width // 2 :]
-        rotated = ops.concatenate([-second, first], axis=-1)
+        swapped = ops.concatenate([second, first], axis=-1)
+        signs = np.repeat([-1.0, 1.0], width // 2)
     else:
         # (..., width) as (..., width / 2, 2): the pairs side by side, swapped, and back.
         heads, tokens = x.shape[1], ops.shape(x)[2]
         pairs = ops.reshape(x, (-1, heads, tokens, width // 2, 2))
         even, odd = ops.split(pairs, 2, axis=-1)
-        rotated = ops.reshape(ops.concatenate([-odd, even], axis=-1), ops.shape(x))
-    return x * cos + rotated * sin
+        swapped = ops.reshape(ops.concatenate([odd, even], axis=-1), ops.shape(x))
+        signs = np.tile([-1.0, 1.0], width // 2)
+    return x * cos + swapped * (sin * ops.cast(signs, sin.dtype))
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
