@@ -53,6 +53,13 @@ def _imagenet_class(wnid):
     ]
 
 
+@pytest.fixture(scope="module")
+def timm_top1(real_vit_ti, photos):
+    """timm's top-1 class on each of `photos` (`_paths` order), computed once for the tests that
+    compare with it."""
+    return _timm_top1(real_vit_ti, _paths(photos))
+
+
 def _timm_top1(source, paths):
     """timm's own answers: its model and its evaluation transform (`resolve_data_config`)."""
     model = timm.create_model(f"local-dir:{source}", pretrained=True).eval()
@@ -70,12 +77,12 @@ def _paths(photos):
     ]
 
 
-def test_predict_names_real_photos_and_walks_folders_of_class_folders(real_vit_ti, photos, capsys):
+def test_predict_names_real_photos_and_walks_folders_of_class_folders(real_vit_ti, photos, timm_top1, capsys):
     assert main(["predict", NAME, photos, "--json"]) == 0
     results = json.loads(capsys.readouterr().out)
     assert [r["path"] for r in results] == _paths(photos)  # class folders, in name order
     answers = {os.path.basename(r["path"]): r["top_k"][0]["class"] for r in results}
-    expected = np.asarray(pretrained.label_set("imagenet-1k"))[_timm_top1(real_vit_ti, _paths(photos))]
+    expected = np.asarray(pretrained.label_set("imagenet-1k"))[timm_top1]
     assert list(answers.values()) == list(expected)  # timm's answers, photo for photo
     # A photo of each class named as its class, most of them: the real weights, not random ones.
     for wnid in (TENCH, CHURCH, PARACHUTE):
@@ -83,7 +90,9 @@ def test_predict_names_real_photos_and_walks_folders_of_class_folders(real_vit_t
         assert sum(named) >= 2, (wnid, answers)
 
 
-def test_evaluate_gives_timms_1000_way_accuracy_and_the_folders_own(real_vit_ti, photos, tmp_path, capsys):
+def test_evaluate_gives_timms_1000_way_accuracy_and_the_folders_own(
+    real_vit_ti, photos, timm_top1, tmp_path, capsys
+):
     shutil.copytree(photos, tmp_path / "imagenette" / "val")  # a validation split: every photo
     argv = ["evaluate", NAME, "--dataset", str(tmp_path / "imagenette"), "--output", str(tmp_path)]
     assert main([*argv, "--json"]) == 0
@@ -91,8 +100,7 @@ def test_evaluate_gives_timms_1000_way_accuracy_and_the_folders_own(real_vit_ti,
     paths = _paths(photos)
     imagenet = pretrained.wordnet_ids(pretrained.label_set("imagenet-1k"))
     timms = [
-        imagenet[c] == os.path.basename(os.path.dirname(p))
-        for c, p in zip(_timm_top1(real_vit_ti, paths), paths, strict=True)
+        imagenet[c] == os.path.basename(os.path.dirname(p)) for c, p in zip(timm_top1, paths, strict=True)
     ]
     assert result["count"] == 12 and result["model_classes"] == 1000
     assert result["model_top1"] == np.mean(timms)  # timm's pipeline's accuracy on these photos
@@ -188,14 +196,13 @@ def real_export(real_vit_ti, photos, tmp_path_factory):
 
 
 def test_exporting_the_name_verifies_it_on_imagenet_photos_among_its_1000_classes(
-    real_vit_ti, real_export, photos
+    real_vit_ti, real_export, photos, timm_top1
 ):
     report = real_export["verification"]
     assert report["count"] == 12 and report["model_classes"] == 1000
     assert report["results"]["tflite_fp32"]["meets_target"]
     paths = _paths(photos)
     imagenet = pretrained.wordnet_ids(pretrained.label_set("imagenet-1k"))
-    timm_top1 = _timm_top1(real_vit_ti, paths)
     timms = np.mean(
         [imagenet[c] == os.path.basename(os.path.dirname(p)) for c, p in zip(timm_top1, paths, strict=True)]
     )

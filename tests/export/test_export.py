@@ -473,9 +473,12 @@ def test_export_on_another_backend_says_to_use_tensorflow(tiny_model_file, tmp_p
     assert not (tmp_path / "exports").exists()  # refused before writing anything
 
 
-def test_int8_on_a_dataset_smaller_than_its_calibration_calibrates_on_what_there_is(export_folder, tmp_path):
+def test_int8_on_a_dataset_smaller_than_its_calibration_calibrates_on_what_there_is(
+    tiny_model_file, tmp_path
+):
     """9 training images, 200 asked: once a StopIteration traceback. Said in one line, and the
-    converter's own lines ("fully_quantize: 0, ...") stay off the output."""
+    converter's own lines ("fully_quantize: 0, ...") stay off the output. (The model's weights
+    do not matter to calibration: the module's untrained tiny ViT.)"""
     from conftest import NATIVE_LOG_LINE
     from PIL import Image
 
@@ -486,7 +489,7 @@ def test_int8_on_a_dataset_smaller_than_its_calibration_calibrates_on_what_there
             pixels = rng.integers(0, 256, (40, 40, 3), dtype=np.uint8)
             Image.fromarray(pixels).save(tmp_path / "small" / name / f"{i}.png")
     command = [
-        os.path.join(VENV_BIN, "keras-vit"), "export", export_folder["source"], "--output",
+        os.path.join(VENV_BIN, "keras-vit"), "export", tiny_model_file, "--output",
         str(tmp_path / "exports"), "--format", "tflite", "--quantize", "int8", "--dataset",
         str(tmp_path / "small"), "--no-verify", "--json",
     ]  # fmt: skip
@@ -559,7 +562,7 @@ def test_training_decodes_a_photo_as_pillow_and_the_apps_do(tmp_path):
         np.testing.assert_array_equal(decoded, images.load_image(str(path)), err_msg=str(path))
 
 
-def test_predict_takes_an_export_folder_and_folders_of_images(export_folder, tmp_path, capsys):
+def test_predict_takes_an_export_folder_and_folders_of_images(exported, tmp_path, capsys):
     """As the apps do: an export-N folder runs its model.tflite; a folder is its images."""
     import shutil
 
@@ -572,13 +575,11 @@ def test_predict_takes_an_export_folder_and_folders_of_images(export_folder, tmp
         (photos / f"{i}.png").write_bytes(encoded)
     (photos / "notes.txt").write_text("not an image, and not listed")
     shutil.copyfile(photos / "0.png", tmp_path / "single.png")
-    assert (
-        main(["predict", export_folder["folder"], str(photos), str(tmp_path / "single.png"), "--json"]) == 0
-    )
+    assert main(["predict", exported["folder"], str(photos), str(tmp_path / "single.png"), "--json"]) == 0
     results = json.loads(capsys.readouterr().out)
     assert [os.path.basename(r["path"]) for r in results] == ["0.png", "1.png", "2.png", "single.png"]
     assert results[0]["top_k"] == results[3]["top_k"]
-    tflite = main(["predict", os.path.join(export_folder["folder"], "model.tflite"), str(photos), "--json"])
+    tflite = main(["predict", os.path.join(exported["folder"], "model.tflite"), str(photos), "--json"])
     assert tflite == 0 and json.loads(capsys.readouterr().out) == results[:3]
 
 

@@ -82,6 +82,9 @@ def test_jax_trains_resumes_after_sigkill_evaluates_and_exports_under_tensorflow
     assert verification["passed"] and verification["results"]["tflite_fp32"]["meets_target"]
 
 
+# One JAX process for the two checks below (each process spends seconds importing JAX, Keras and
+# keras_vit): first the training runs, then the fused-attention check, whose patches of
+# keras_vit.model.vit.layers come after every run.
 DATA_PARALLEL = """
 import json, sys
 import jax
@@ -91,44 +94,8 @@ runs = {}
 for config in json.loads(sys.argv[1]):  # one process: each run places itself (distribute.placement)
     summary = train(TrainConfig(**config)).summary
     runs[config["strategy"]] = {"loss": summary["history"]["loss"], "teacher": summary["teacher"]["kind"]}
-print(json.dumps({"runs": runs, "devices": jax.device_count()}))
+data_parallel = {"runs": runs, "devices": jax.device_count()}
 """
-
-
-def test_data_parallel_over_two_devices_matches_one_device_even_distilling_from_a_tflite(
-    colors_dataset, colour_teacher_tflite, tmp_path
-):
-    """`--strategy mirrored` on JAX splits the global batch of 8 over two CPU devices
-    (keras.distribution.DataParallel): the losses equal one device's to 1e-4. The student is
-    distilled from a `.tflite` teacher, the hardest case: a host callback (jax.pure_callback)
-    inside the sharded, compiled step."""
-    configs = [
-        dict(
-            dataset=colors_dataset,
-            output=str(tmp_path / strategy),
-            epochs=2,
-            batch_size=8,
-            validation_split=0.25,
-            overrides={**TINY_MODEL, "distillation_token": True},
-            crop="none",
-            drop_path_rate=0.0,
-            strategy=strategy,
-            clipnorm=0.05,
-            teacher=colour_teacher_tflite,
-        )  # fmt: skip
-        for strategy in ("one-device", "mirrored")
-    ]
-    result = subprocess.run(
-        [sys.executable, "-c", DATA_PARALLEL, json.dumps(configs)],
-        env=_env("jax", XLA_FLAGS="--xla_force_host_platform_device_count=2"),
-        capture_output=True, text=True, timeout=HANG_SECONDS,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr[-3000:]
-    report = json.loads(result.stdout.strip().splitlines()[-1])
-    runs = report["runs"]
-    assert report["devices"] == 2 and {run["teacher"] for run in runs.values()} == {"tflite"}
-    np.testing.assert_allclose(runs["mirrored"]["loss"], runs["one-device"]["loss"], rtol=1e-4)
-
 
 FUSED_ATTENTION_CHECK = """
 import json, numpy as np, jax
@@ -148,20 +115,57 @@ model.stateless_call(trainable, frozen, images, training=True)
 calls_in_training = len(fused_calls) - calls_in_inference
 layers.fused_attention_applies = lambda *args: False
 explicit = np.asarray(model(images, training=False))
-print(json.dumps({"inference": calls_in_inference, "training": calls_in_training,
-                  "difference": float(np.abs(inference - explicit).max())}))
+fused_attention = {"inference": calls_in_inference, "training": calls_in_training,
+                   "difference": float(np.abs(inference - explicit).max())}
+"""
+
+REPORT = """
+print(json.dumps({"data_parallel": data_parallel, "fused_attention": fused_attention}))
 """
 
 
-def test_jax_inference_runs_attention_fused_with_the_explicit_ops_answers_and_training_keeps_them():
+@pytest.fixture(scope="module")
+def jax_checks(colors_dataset, colour_teacher_tflite, tmp_path_factory):
+    """`DATA_PARALLEL` then `FUSED_ATTENTION_CHECK` in one JAX process with two CPU devices: what
+    each found, as `{"data_parallel": ..., "fused_attention": ...}`."""
+    folder = tmp_path_factory.mktemp("jax_checks")
+    configs = [
+        dict(
+            dataset=colors_dataset,
+            output=str(folder / strategy),
+            epochs=2,
+            batch_size=8,
+            validation_split=0.25,
+            overrides={**TINY_MODEL, "distillation_token": True},
+            crop="none",
+            drop_path_rate=0.0,
+            strategy=strategy,
+            clipnorm=0.05,
+            teacher=colour_teacher_tflite,
+        )  # fmt: skip
+        for strategy in ("one-device", "mirrored")
+    ]
     result = subprocess.run(
-        [sys.executable, "-c", FUSED_ATTENTION_CHECK],
-        env=_env("jax"),
-        capture_output=True,
-        text=True,
-        timeout=HANG_SECONDS,
-    )
+        [sys.executable, "-c", DATA_PARALLEL + FUSED_ATTENTION_CHECK + REPORT, json.dumps(configs)],
+        env=_env("jax", XLA_FLAGS="--xla_force_host_platform_device_count=2"),
+        capture_output=True, text=True, timeout=HANG_SECONDS,
+    )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
-    found = json.loads(result.stdout.strip().splitlines()[-1])
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_data_parallel_over_two_devices_matches_one_device_even_distilling_from_a_tflite(jax_checks):
+    """`--strategy mirrored` on JAX splits the global batch of 8 over two CPU devices
+    (keras.distribution.DataParallel): the losses equal one device's to 1e-4. The student is
+    distilled from a `.tflite` teacher, the hardest case: a host callback (jax.pure_callback)
+    inside the sharded, compiled step."""
+    report = jax_checks["data_parallel"]
+    runs = report["runs"]
+    assert report["devices"] == 2 and {run["teacher"] for run in runs.values()} == {"tflite"}
+    np.testing.assert_allclose(runs["mirrored"]["loss"], runs["one-device"]["loss"], rtol=1e-4)
+
+
+def test_jax_inference_runs_attention_fused_with_the_explicit_ops_answers_and_training_keeps_them(jax_checks):
+    found = jax_checks["fused_attention"]
     assert found["inference"] == 2 and found["training"] == 0  # one per block, inference only
     assert found["difference"] < 1e-5
