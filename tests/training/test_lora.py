@@ -153,8 +153,8 @@ def test_lora_adapts_a_parallel_blocks_fused_projections(attention, targets, ada
 @pytest.mark.parametrize(
     "mlp, adapted",
     [
-        ("swiglu", ("attention/qkv", "attention/proj", "fc1_g", "fc1_x", "fc2")),  # DINOv2-g, AIMv2
-        ("swiglu_packed", ("attention/qkv", "attention/proj", "fc1", "fc2")),  # gate and value in fc1
+        ("swiglu", ("attention/qkv", "attention/proj", "fc1_g", "fc1_x", "fc2")),  # AIMv2
+        ("swiglu_packed", ("attention/qkv", "attention/proj", "fc1", "fc2")),  # DINOv2-g: fc1 holds both
     ],
 )
 def test_lora_on_the_mlp_adapts_a_swiglus_gate_and_value(mlp, adapted):
