@@ -7,6 +7,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # the desktop app's tests need no display
 
 import atexit  # noqa: E402
+import contextlib  # noqa: E402
 import shutil  # noqa: E402
 import subprocess  # noqa: E402
 import tempfile  # noqa: E402
@@ -338,6 +339,24 @@ def phone():
         pytest.skip(message)
     with browser.phone_browser() as opened:
         yield opened
+
+
+@contextlib.contextmanager
+def phone_app(phone, model_path, folder):
+    """The phone app built for the `.tflite` at `model_path` into `folder`, served on a free local
+    port and opened in a new context of `phone`: yields the page; closes both after."""
+    from keras_vit.apps.mobile import browser, server
+    from keras_vit.apps.mobile.build import build_app
+
+    httpd = server.make_server(build_app(model_path, folder), "127.0.0.1", 0)
+    server.serve_in_background(httpd)
+    context = phone.new_context()
+    try:
+        yield browser.open_app(context, server.urls(httpd)[0])
+    finally:
+        context.close()
+        httpd.shutdown()
+        httpd.server_close()
 
 
 _PARITY = []

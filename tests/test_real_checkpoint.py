@@ -13,7 +13,7 @@ import pytest
 import timm
 import timm.data
 import torch
-from conftest import real_photos, serve_real_vit_ti
+from conftest import phone_app, real_photos, serve_real_vit_ti
 from PIL import Image
 
 import keras_vit
@@ -216,16 +216,11 @@ def test_exporting_the_name_verifies_it_on_imagenet_photos_among_its_1000_classe
 def test_the_phone_names_real_photos_as_litert_does(real_export, photos, phone, variant, tmp_path):
     """The phone page (LiteRT.js) on the real model's export: ImageNet's names, and LiteRT's top 5
     in Python on the page's own input (the int8 variant within two of its output steps)."""
-    from keras_vit.apps.mobile import browser, server
-    from keras_vit.apps.mobile.build import build_app
+    from keras_vit.apps.mobile import browser
 
     path = os.path.join(real_export["folder"], f"model_{variant}.tflite")
     runner = TFLiteRunner(path)
-    httpd = server.make_server(build_app(path, tmp_path / "app"), "127.0.0.1", 0)
-    server.serve_in_background(httpd)
-    context = phone.new_context()
-    try:
-        page = browser.open_app(context, server.urls(httpd)[0])
+    with phone_app(phone, path, tmp_path / "app") as page:
         for wnid, index in ((TENCH, 1), (CHURCH, 1), (PARACHUTE, 0)):  # photos the model is sure of
             photo = os.path.join(photos, wnid, sorted(os.listdir(os.path.join(photos, wnid)))[index])
             result = browser.classify(page, photo)
@@ -248,7 +243,3 @@ def test_the_phone_names_real_photos_as_litert_does(real_export, photos, phone, 
             tolerance = 1e-5 if variant == "fp32" else 0.1 * ranked
             assert top5[0] == int(np.argmax(expected)), photo
             assert np.all(np.abs(expected[top5] - ranked) <= tolerance), photo
-    finally:
-        context.close()
-        httpd.shutdown()
-        httpd.server_close()

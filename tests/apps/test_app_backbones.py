@@ -16,14 +16,14 @@ import numpy as np
 import pytest
 import timm
 import torch
+from conftest import phone_app
 from PIL import Image
 from timm_reference import hub_cache_at, reference_kind
 
 pytest.importorskip("playwright")
 
 from keras_vit.apps.desktop.inference import LoadedModel  # noqa: E402
-from keras_vit.apps.mobile import browser, server  # noqa: E402
-from keras_vit.apps.mobile.build import build_app  # noqa: E402
+from keras_vit.apps.mobile import browser  # noqa: E402
 from keras_vit.cli import main  # noqa: E402
 from keras_vit.data import datasets as data  # noqa: E402
 from keras_vit.data.contract import InputContract  # noqa: E402
@@ -101,13 +101,9 @@ def test_the_export_is_the_fine_tuned_kind_with_its_class_names_and_licence(fine
 
 def test_the_phone_page_gives_litert_s_probabilities(fine_tuned, phone, image_folder, tmp_path):
     _, path = fine_tuned
-    httpd = server.make_server(build_app(path, tmp_path / "app"), "127.0.0.1", 0)
-    server.serve_in_background(httpd)
-    context = phone.new_context()
-    try:
-        page = browser.open_app(context, server.urls(httpd)[0])
-        runner = TFLiteRunner(path)
-        shown = []
+    runner = TFLiteRunner(path)
+    shown = []
+    with phone_app(phone, path, tmp_path / "app") as page:
         for image in _images(image_folder, 4):
             result = browser.classify(page, image)
             assert result["error"] is None, image.name
@@ -116,12 +112,8 @@ def test_the_phone_page_gives_litert_s_probabilities(fine_tuned, phone, image_fo
             assert np.abs(in_page - probabilities).max() < 1e-5, image.name
             shown.append(in_page)
             assert result["predictions"][0]["name"] == runner.class_names[int(np.argmax(probabilities))]
-        # The backbone's features reach the head in the page: each image gets its own probabilities.
-        assert np.abs(np.asarray(shown) - shown[0]).max() > 1e-3
-    finally:
-        context.close()
-        httpd.shutdown()
-        httpd.server_close()
+    # The backbone's features reach the head in the page: each image gets its own probabilities.
+    assert np.abs(np.asarray(shown) - shown[0]).max() > 1e-3
 
 
 def test_the_desktop_app_names_litert_s_top_class(fine_tuned, image_folder):

@@ -7,13 +7,13 @@ import os
 import keras
 import numpy as np
 import pytest
+from conftest import phone_app
 
 pytest.importorskip("playwright")
 
 import keras_vit  # noqa: E402
 from keras_vit.apps.desktop.inference import LoadedModel  # noqa: E402
-from keras_vit.apps.mobile import browser, server  # noqa: E402
-from keras_vit.apps.mobile.build import build_app  # noqa: E402
+from keras_vit.apps.mobile import browser  # noqa: E402
 from keras_vit.data import datasets as data  # noqa: E402
 from keras_vit.data.contract import InputContract  # noqa: E402
 from keras_vit.export.exporter import export_model  # noqa: E402
@@ -40,12 +40,8 @@ def swin_tflite(tmp_path_factory):
 
 
 def test_the_phone_page_gives_litert_s_probabilities_for_a_swin(swin_tflite, phone, image_folder, tmp_path):
-    httpd = server.make_server(build_app(swin_tflite, tmp_path / "app"), "127.0.0.1", 0)
-    server.serve_in_background(httpd)
-    context = phone.new_context()
-    try:
-        page = browser.open_app(context, server.urls(httpd)[0])
-        runner = TFLiteRunner(swin_tflite)
+    runner = TFLiteRunner(swin_tflite)
+    with phone_app(phone, swin_tflite, tmp_path / "app") as page:
         for path in sorted(image_folder.glob("*.png"))[:6]:
             result = browser.classify(page, path)
             assert result["error"] is None, path.name
@@ -56,10 +52,6 @@ def test_the_phone_page_gives_litert_s_probabilities_for_a_swin(swin_tflite, pho
             assert probabilities[runner.class_names.index(top)] == pytest.approx(
                 probabilities.max(), abs=1e-6
             )
-    finally:
-        context.close()
-        httpd.shutdown()
-        httpd.server_close()
 
 
 def test_the_desktop_app_classifies_with_a_swin(swin_tflite, image_folder):
