@@ -7,7 +7,6 @@ count and distributed runtime are set before it starts), with the suite's tiny m
 
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -175,35 +174,38 @@ def test_two_jax_processes_train_as_one_stop_together_when_one_is_killed_and_res
     assert json.loads((run / "history.json").read_text())["steps"] == 3 * (54 // 8)  # written by process 0
 
 
-# One process with 4 host devices: one device, the same with --remat, then model-parallel; the
-# model-parallel run's shardings. Then a tiny Swin: one device, data-parallel over the 4 devices,
-# and model-parallel with --remat.
+# One process with 4 host devices: one device, then model-parallel with --remat; that run's
+# shardings and its saved model's answers. Then a tiny Swin: one device, and model-parallel with
+# --remat.
 ON_FOUR_DEVICES = """
 import json, sys
 import jax
+import numpy as np
+from keras_vit.storage.saving import load_trained_model
 from keras_vit.training.train import train
 from keras_vit.training.config import TrainConfig
-from keras_vit.model import registry
 report = {"devices": jax.device_count()}
 settings = json.loads(sys.argv[1])
 swin = dict(settings, model="swin_tiny_patch4_window7_224", image_size=32, overrides=json.loads(sys.argv[3]))
 runs = [
     ("one", {"strategy": "one-device"}),
-    ("remat", {"strategy": "one-device", "remat": True}),
-    ("sharded", {"strategy": "model-parallel", "model_parallel": 2}),
+    ("sharded remat", {"strategy": "model-parallel", "model_parallel": 2, "remat": True}),
     ("swin one", dict(swin, strategy="one-device")),
-    ("swin mirrored", dict(swin, strategy="mirrored")),
     ("swin sharded remat", dict(swin, strategy="model-parallel", model_parallel=2, remat=True)),
 ]
 for name, extra in runs:
     run = train(TrainConfig(**{**settings, **extra}, output=sys.argv[2] + "/" + name))
     report[name] = run.summary["history"]["loss"]
-    if name == "sharded":
-        layout = registry.family_of(run.model).model_parallel_layout
+    if name == "sharded remat":
         report["shards"] = {
             v.path: [list(v.value.shape), [list(s.data.shape) for s in v.value.addressable_shards]]
             for v in [*run.model.weights, *run.training_model.optimizer.variables] if len(v.shape)
         }
+        # Its model.keras holds whole weights, not one device's pieces: it loads and answers as
+        # the trained model does.
+        images = np.random.default_rng(0).uniform(0, 255, (2, 32, 32, 3)).astype("float32")
+        saved = load_trained_model(sys.argv[2] + "/" + name)
+        report["saved answers"] = float(np.max(np.abs(saved.predict(images, verbose=0) - run.model.predict(images, verbose=0))))
 print(json.dumps(report))
 """
 
@@ -211,11 +213,12 @@ print(json.dumps(report))
 def test_model_parallel_shards_weights_and_moments_over_four_devices_and_remat_changes_no_loss(
     colors_dataset, tmp_path
 ):
-    """`--strategy model-parallel --model-parallel 2` on 4 host devices: a 2 x 2 mesh, each device
-    holding half of every sharded kernel and of its optimizer moments, the rest replicated; the
-    losses equal one device's. `--remat` recomputes the blocks with dropout and stochastic depth
-    on: the same losses. The sharded run's model.keras exports under TensorFlow, verified. A
-    Swin gives one device's losses data-parallel over the 4 devices and sharded with --remat."""
+    """`--strategy model-parallel --model-parallel 2 --remat` on 4 host devices: a 2 x 2 mesh,
+    each device holding half of every sharded kernel and of its optimizer moments, the rest
+    replicated, and the blocks recomputed with dropout and stochastic depth on: the losses equal
+    one device's. Its model.keras holds the whole weights (it answers as the trained model; a JAX
+    run exporting under TensorFlow: test_jax_backend.py). The same for a Swin. (Data-parallel over
+    several devices: test_jax_backend.py; what --remat keeps and saves: the tests below.)"""
     settings = dict(
         dataset=colors_dataset, epochs=2, batch_size=8, validation_split=0.0, overrides=TINY_MODEL,
         dropout=0.1, drop_path_rate=0.1, steps_per_epoch=3, crop="none",
@@ -231,10 +234,9 @@ def test_model_parallel_shards_weights_and_moments_over_four_devices_and_remat_c
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(result.stdout.strip().splitlines()[-1])
     assert report["devices"] == 4
-    np.testing.assert_allclose(report["remat"], report["one"], rtol=1e-5)
-    np.testing.assert_allclose(report["sharded"], report["one"], rtol=1e-4)
-    np.testing.assert_allclose(report["swin mirrored"], report["swin one"], rtol=1e-4)
+    np.testing.assert_allclose(report["sharded remat"], report["one"], rtol=1e-4)
     np.testing.assert_allclose(report["swin sharded remat"], report["swin one"], rtol=1e-4)
+    assert report["saved answers"] < 1e-5
 
     # The family's layout: the patch projection, each block's QKV, attention output and MLP
     # kernels, and the head's; an optimizer moment is named after its weight.
@@ -257,16 +259,6 @@ def test_model_parallel_shards_weights_and_moments_over_four_devices_and_remat_c
         else:
             assert all(piece == shape for piece in shards), (path, shards)  # replicated
     assert sharded == 3 * (2 + 4 * TINY_MODEL["depth"])  # each kernel, with its two moments
-
-    held_out = tmp_path / "held-out"  # the run held none out: its images as another's val/
-    shutil.copytree(colors_dataset, held_out / "val")
-    exported = subprocess.run(
-        _cli("export", str(tmp_path / "sharded"), "--output", str(tmp_path / "exports"), "--format", "tflite",
-             "--quantize", "none", "--json", "--dataset", str(held_out)),
-        env=_env("tensorflow"), capture_output=True, text=True, timeout=HANG_SECONDS,
-    )  # fmt: skip
-    assert exported.returncode == 0, exported.stderr[-3000:]
-    assert json.loads(exported.stdout)["verification"]["results"]["tflite_fp32"]["meets_target"]
 
 
 # What JAX keeps for the backward pass of a one-block ViT, plain and with the block rematerialised.
@@ -314,13 +306,13 @@ def test_remat_keeps_only_each_blocks_input_for_the_backward_pass():
 
 
 # XLA's memory figures for one training step (benchmarks/memory.py's own measure), plain, with
-# --remat and with LoRA too, for a ViT whose activations outweigh its weights: 8 blocks, 65
-# tokens, batch 32.
+# --remat and with LoRA too, for a ViT whose activations outweigh its weights: 6 blocks, 65
+# tokens, batch 32 (remat's temporaries 0.37x plain's; 0.30x with 8 blocks, 0.48x with 4).
 STEP_MEMORY = """
 import json, sys
 sys.path.insert(0, sys.argv[1])
 import memory
-small = dict(image_size=32, overrides=dict(depth=8, hidden_dim=64, num_heads=2, mlp_dim=256))
+small = dict(image_size=32, overrides=dict(depth=6, hidden_dim=64, num_heads=2, mlp_dim=256))
 cases = ("plain", "remat", "remat+lora8")
 print(json.dumps({case: memory.measure("vit_nano_patch4_32", case, 32, **small) for case in cases}))
 """
