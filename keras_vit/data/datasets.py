@@ -50,9 +50,10 @@ class Split:
             raise ValueError("This split holds no images.")
         dataset = tf.data.Dataset.from_tensor_slices((list(self.images), list(self.labels)))
         if isinstance(self.images[0], str):
-            dataset = dataset.map(
-                lambda path, label: (tf.io.read_file(path), label), num_parallel_calls=tf.data.AUTOTUNE
+            read = tf.autograph.experimental.do_not_convert(
+                lambda path, label: (tf.io.read_file(path), label)
             )
+            dataset = dataset.map(read, num_parallel_calls=tf.data.AUTOTUNE)
         return dataset
 
 

@@ -28,6 +28,14 @@ _PASS_SEEDS = 1_000_003
 _ENDLESS = 2**62
 
 
+def _as_written(function):
+    """`function` for tf.data, traced as written: the pipeline's functions branch with `tf.cond`
+    and `tf.where`, and in Python only on what is known when the graph is built, so AutoGraph's
+    conversion (it parses and rewrites each function's source, once per process: about a
+    second of every command's start) would change nothing."""
+    return tf.autograph.experimental.do_not_convert(function)
+
+
 # TIFF's two byte orders; TensorFlow decodes JPEG, PNG, GIF, BMP and WebP itself.
 _TIFF_SIGNATURES = (b"II*\x00", b"MM\x00*")
 
@@ -323,15 +331,19 @@ def training_batches(
         # Item i of a pass is copy i % repeats of the pass's (i // repeats)-th image.
         offset = tf.where(index == first_pass, tf.constant(first_offset, tf.int64), 0)
         shuffled = _shuffled(examples, buffer, seed=seed * _PASS_SEEDS + index)
-        items = shuffled.skip(offset // repeats).map(decode, num_parallel_calls=AUTOTUNE)
+        items = shuffled.skip(offset // repeats).map(_as_written(decode), num_parallel_calls=AUTOTUNE)
         if repeats > 1:
-            items = items.flat_map(lambda *item: tf.data.Dataset.from_tensors(item).repeat(repeats))
+            items = items.flat_map(
+                _as_written(lambda *item: tf.data.Dataset.from_tensors(item).repeat(repeats))
+            )
             items = items.skip(offset % repeats)
         return items.take(items_per_pass - offset)
 
-    stream = tf.data.Dataset.range(first_pass, _ENDLESS).flat_map(one_pass)
+    stream = tf.data.Dataset.range(first_pass, _ENDLESS).flat_map(_as_written(one_pass))
     stream = stream.map(
-        lambda image, label: {"images": tf.ensure_shape(image, image_size + (3,)), "labels": label},
+        _as_written(
+            lambda image, label: {"images": tf.ensure_shape(image, image_size + (3,)), "labels": label}
+        ),
         num_parallel_calls=AUTOTUNE,
     )
     return stream.batch(batch_size, drop_remainder=True, num_parallel_calls=AUTOTUNE).prefetch(AUTOTUNE)
@@ -353,9 +365,11 @@ def undecodable(pairs, count):
     """The indices of the `count` `(encoded, label)` pairs `decode_image` cannot decode, in order."""
     decodable = (
         pairs.enumerate()
-        .map(lambda index, pair: (index, tf.shape(_decode(*pair)[0])), num_parallel_calls=AUTOTUNE)
+        .map(
+            _as_written(lambda index, pair: (index, tf.shape(_decode(*pair)[0]))), num_parallel_calls=AUTOTUNE
+        )
         .ignore_errors()
-        .map(lambda index, _: index)
+        .map(_as_written(lambda index, _: index))
     )
     good = set(decodable.as_numpy_iterator())
     return [index for index in range(count) if index not in good]
@@ -393,7 +407,11 @@ def _cached_examples(pairs, image_size, num_examples, cache):
         return image, label
 
     if cache and num_examples * image_size[0] * image_size[1] * 3 <= DECODED_CACHE_BYTES:
-        return pairs.map(decode_and_resize, num_parallel_calls=AUTOTUNE).cache(), decoded, num_examples
+        return (
+            pairs.map(_as_written(decode_and_resize), num_parallel_calls=AUTOTUNE).cache(),
+            decoded,
+            num_examples,
+        )
     # Cache and shuffle before decoding: encoded images are small, so the buffer can hold the
     # whole dataset. Folders list images class by class, and a partial shuffle of such a list
     # gives batches of one or two classes.
@@ -415,7 +433,7 @@ def evaluation_batches(pairs, *, image_size, batch_size, cache=True, transform=D
         image = tf.ensure_shape(resize(image, image_size, transform), image_size + (3,))
         return {"images": image, "labels": tf.cast(label, tf.int32)}
 
-    dataset = pairs.map(decode_and_resize, num_parallel_calls=AUTOTUNE)
+    dataset = pairs.map(_as_written(decode_and_resize), num_parallel_calls=AUTOTUNE)
     if cache:
         dataset = dataset.cache()
     return dataset.batch(batch_size, num_parallel_calls=AUTOTUNE).prefetch(AUTOTUNE)
@@ -450,8 +468,8 @@ class TrainingData:
         def as_pair(batch):
             return tf.cast(batch["images"], tf.float32), batch["labels"]
 
-        validation = self.validation.map(as_pair) if self.validation is not None else None
-        return self.train_from(0).map(as_pair, num_parallel_calls=AUTOTUNE), validation
+        validation = self.validation.map(_as_written(as_pair)) if self.validation is not None else None
+        return self.train_from(0).map(_as_written(as_pair), num_parallel_calls=AUTOTUNE), validation
 
 
 def read_training_data(
