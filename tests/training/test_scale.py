@@ -205,7 +205,8 @@ for name, extra in runs:
         # the trained model does.
         images = np.random.default_rng(0).uniform(0, 255, (2, 32, 32, 3)).astype("float32")
         saved = load_trained_model(sys.argv[2] + "/" + name)
-        report["saved answers"] = float(np.max(np.abs(saved.predict(images, verbose=0) - run.model.predict(images, verbose=0))))
+        answers = [model.predict(images, verbose=0) for model in (saved, run.model)]
+        report["saved answers"] = float(np.max(np.abs(answers[0] - answers[1])))
 print(json.dumps(report))
 """
 

@@ -20,13 +20,16 @@ from keras_vit.storage.saving import load_trained_model
 from keras_vit.training.optimizers import layer_decay_multipliers
 
 TINY = dict(embed_dim=16, depths=(2, 2, 2, 1), num_heads=(1, 2, 2, 4))
+# Two stages for the runs that compile (at 32 px with windows of 4: a shifted block, a patch merging).
 TINY_FLAGS = [
     "--model=swin_tiny_patch4_window7_224",
     "--override=embed_dim=16",
-    "--override=depths=[1,1,2,1]",
-    "--override=num_heads=[1,2,2,4]",
+    "--override=depths=[2,1]",
+    "--override=num_heads=[1,2]",
     "--override=window_size=4",
 ]
+# At 64 px with windows of 4: both stages shifted, with their masks.
+TWO_STAGES = dict(embed_dim=16, depths=(2, 2), num_heads=(1, 2))
 
 
 def _timm_key_of_each_variable(model):
@@ -107,7 +110,7 @@ def test_train_builds_a_swin_by_name_in_bfloat16_and_it_teaches_a_distilled_vit(
     ]
     assert main(trained) == 0
     swin = load_trained_model(str(run))
-    assert swin.family == "swin" and swin.depths == (1, 1, 2, 1)
+    assert swin.family == "swin" and swin.depths == (2, 1)
     summary = json.load(open(run / "history.json"))
     assert summary["config"]["precision"] == "mixed_bfloat16" and np.isfinite(summary["final"]["loss"])
     # The Swin teaches a distilled DeiT (DeiT's hard distillation through the second token).
@@ -129,7 +132,7 @@ def test_train_builds_a_swin_by_name_in_bfloat16_and_it_teaches_a_distilled_vit(
 def test_a_swin_gives_timms_logits_and_trains_a_step_on_jax(tmp_path):
     """Keras reads the backend once per process: a JAX process, on a timm Swin's weights."""
     reference = timm.create_model(
-        "swin_tiny_patch4_window7_224", num_classes=3, img_size=64, window_size=4, **TINY
+        "swin_tiny_patch4_window7_224", num_classes=3, img_size=64, window_size=4, **TWO_STAGES
     )
     from safetensors.torch import save_file
 
@@ -143,7 +146,7 @@ def test_a_swin_gives_timms_logits_and_trains_a_step_on_jax(tmp_path):
     script = f"""
 import json, numpy as np, keras, keras_vit
 model = keras_vit.create_model("swin_tiny_patch4_window7_224", num_classes=3, image_size=64, window_size=4,
-                               **{TINY!r})
+                               **{TWO_STAGES!r})
 keras_vit.load_weights(model, {str(tmp_path / "swin.safetensors")!r})
 x = np.load({str(tmp_path / "x.npy")!r})
 logits = np.asarray(model(x))
