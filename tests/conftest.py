@@ -43,30 +43,36 @@ import pytest  # noqa: E402
 from keras_vit.storage.export_folder import INTEGER_VARIANTS  # noqa: E402
 
 # The slowest files first (minutes each: subprocess training runs, exports, a browser, timm's
-# kinds), by their totals in --durations=0 runs on the 2-core EPYC (the measured seconds beside each).
-# scripts/test.sh runs three pytest-xdist workers that take one file at a time, in this order
-# (--no-loadscope-reorder): a slow file left for last would run alone at the end. A file missing
-# here runs after all of them: add a new file that takes over a minute.
+# kinds), by their totals in a --durations=0 run of the whole suite on the 2-core EPYC
+# (2026-11-27, three workers; test_scale, test_distribute and test_swin_training before that
+# day's cuts). scripts/test.sh runs three pytest-xdist workers that take one file at a time, in
+# this order (--no-loadscope-reorder): a slow file left for last would run alone at the end. A
+# file missing here runs after all of them: add a new file that takes over a minute.
 SLOWEST_FILES = (
-    "test_distribute.py",  # 617 s
-    "test_scale.py",  # 453 s
-    "test_quickstart.py",  # 306 s: one test, the quickstart end to end
-    "test_timm_kinds.py",
-    "test_eva.py",
-    "test_jax_backend.py",  # 247 s
-    "test_lora.py",  # 214 s
-    "test_readme.py",  # 194 s
-    "test_swin_training.py",  # 193 s
-    "test_reliability.py",
-    "test_readme_export.py",  # 135 s
-    "test_real_checkpoint.py",  # 134 s
-    "test_train.py",
-    "test_export.py",
-    "test_app_backbones.py",  # 80-100 s: three fine-tunes and exports, a browser
-    "test_mobile_app.py",
-    "test_benchmarks.py",
-    "test_desktop_app.py",
-    "test_distillation.py",
+    "test_scale.py",  # 449 s
+    "test_reliability.py",  # 328 s
+    "test_distribute.py",  # 314 s
+    "test_real_checkpoint.py",  # 231 s
+    "test_quickstart.py",  # 216 s: one test, the quickstart end to end
+    "test_timm_kinds.py",  # 211 s
+    "test_export.py",  # 201 s
+    "test_jax_backend.py",  # 172 s
+    "test_swin_training.py",  # 142 s
+    "test_train.py",  # 136 s
+    "test_models.py",  # 133 s
+    "test_eva.py",  # 129 s
+    "test_readme.py",  # 119 s
+    "test_lora.py",  # 110 s
+    "test_quantize.py",  # 92 s
+    "test_weights.py",  # 86 s
+    "test_mobile_app.py",  # 81 s
+    "test_benchmarks.py",  # 74 s
+    "test_app_backbones.py",  # 67 s
+    "test_readme_export.py",  # 64 s
+    "test_swin_export.py",  # 63 s
+    "test_eva_training.py",  # 58 s
+    "test_pretrained.py",  # 54 s
+    "test_pipeline.py",  # 45 s
 )
 
 
