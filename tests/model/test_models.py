@@ -85,15 +85,17 @@ def _timm_vit_on_meta(name):
             num_heads=c["num_heads"],
             mlp_ratio=c["mlp_dim"] / c["hidden_dim"],
             num_classes=1000,
+            weight_init="skip",  # shapes only (timm_reference.on_meta)
         ).eval()
 
 
 def _timm_parameter_count(name):
     timm = pytest.importorskip("timm")
-    torch = pytest.importorskip("torch")
+    pytest.importorskip("torch")
+    from timm_reference import on_meta
+
     if name in timm.list_models():  # timm's own registered config, where it has one
-        with torch.device("meta"):
-            model = timm.create_model(name, pretrained=False, num_classes=1000)
+        model = on_meta(name, num_classes=1000)
     else:
         model = _timm_vit_on_meta(name)
     return sum(p.numel() for p in model.parameters())
@@ -142,11 +144,11 @@ def test_analytic_parameter_count_equals_the_built_model(name, overrides):
 def test_forward_flops_equal_pytorchs_flop_counter_on_timm(name):
     torch = pytest.importorskip("torch")
     timm = pytest.importorskip("timm")
+    from timm_reference import on_meta
     from torch.utils.flop_counter import FlopCounterMode
 
     if name in timm.list_models():
-        with torch.device("meta"):
-            model = timm.create_model(name, pretrained=False).eval()
+        model = on_meta(name).eval()
     else:
         model = _timm_vit_on_meta(name)
     size = MODEL_CONFIGS[name]["image_size"]

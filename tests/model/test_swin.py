@@ -15,6 +15,7 @@ import timm
 import torch
 from conftest import HUB
 from timm.models import save_for_hf
+from timm_reference import on_meta
 from torch.utils.flop_counter import FlopCounterMode
 
 import keras_vit
@@ -68,8 +69,7 @@ def test_every_named_swin_has_timms_parameter_count_and_a_tiny_ones_flops_are_ti
     names = [name for name in keras_vit.list_models() if registry.family_named(name).name == "swin"]
     assert {"swin_tiny_patch4_window7_224", "swin_base_patch4_window12_384", "swin_s3_tiny_224"} <= set(names)
     for name in names:
-        with torch.device("meta"):  # shapes only: timm's Swin-L builds in no time
-            reference = timm.create_model(name)
+        reference = on_meta(name)
         assert complexity.parameter_count(name) == sum(p.numel() for p in reference.parameters()), name
     # FLOPs as PyTorch counts them (2 per multiply-accumulate), padded windows included.
     reference = timm.create_model("swin_tiny_patch4_window7_224", num_classes=7, **CASES["padded"][1]).eval()

@@ -17,7 +17,7 @@ import timm
 import torch
 from conftest import HUB
 from timm.models import save_for_hf
-from timm_reference import SMALL, largest_difference, reference_kind
+from timm_reference import SMALL, largest_difference, on_meta, reference_kind
 from timm_reference import pixels as _pixels
 
 import keras_vit
@@ -431,8 +431,7 @@ def test_each_kinds_parameters_and_forward_flops_equal_timms(name):
     blocks and differential attention (two attention passes, as timm computes it) included."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    with torch.device("meta"):
-        model = timm.create_model(name, pretrained=False, num_classes=1000).eval()
+    model = on_meta(name, num_classes=1000).eval()
     size = keras_vit.model.vit.configs.MODEL_CONFIGS[name]["image_size"]
     counter = FlopCounterMode(display=False)
     with torch.device("meta"), counter:  # no no_grad: the pooling's latent query needs its graph
