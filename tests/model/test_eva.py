@@ -13,7 +13,7 @@ import torch
 from conftest import HUB
 from keras import ops
 from timm.models import save_for_hf
-from timm_reference import SMALL, largest_difference, reference_kind
+from timm_reference import SMALL, largest_difference, on_meta, reference_kind
 from timm_reference import pixels as _pixels
 
 import keras_vit
@@ -106,8 +106,7 @@ def test_every_tag_of_timms_eva_module_resolves_by_name():
 def test_the_analytic_parameter_count_is_timms(name):
     """Every architecture of timm's eva module, on timm's full-size model on PyTorch's meta device
     (shapes only): the 7B and 5B included."""
-    with torch.device("meta"):
-        model = timm.create_model(name, pretrained=False, num_classes=1000)
+    model = on_meta(name, num_classes=1000)
     assert keras_vit.parameter_count(name, num_classes=1000) == sum(p.numel() for p in model.parameters())
 
 
