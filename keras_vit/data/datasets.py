@@ -50,6 +50,7 @@ class Split:
             raise ValueError("This split holds no images.")
         dataset = tf.data.Dataset.from_tensor_slices((list(self.images), list(self.labels)))
         if isinstance(self.images[0], str):
+            # Traced as written, as the pipeline's functions are (pipeline._as_written says why).
             read = tf.autograph.experimental.do_not_convert(
                 lambda path, label: (tf.io.read_file(path), label)
             )
