@@ -7,6 +7,7 @@ it, which ONNX Runtime reads from the model's folder.
 
 import contextlib
 import json
+import logging
 import os
 
 import numpy as np
@@ -15,7 +16,11 @@ import tensorflow as tf
 from keras_vit.files import write_bytes
 from keras_vit.storage.export_folder import TRANSFORM_FILE
 
+logger = logging.getLogger(__name__)
+
 OPSET = 17
+# tf2onnx's switch (`tf2onnx.constants.ENV_TF2ONNX_CATCH_ERRORS`), read at each conversion.
+CATCH_ERRORS = "TF2ONNX_CATCH_ERRORS"
 # Weights go into the external data file at offsets of this multiple, so a runtime can map them.
 EXTERNAL_DATA_ALIGNMENT = 4096
 
@@ -48,14 +53,25 @@ def _to_onnx(classifier, large_model):
     def probabilities(images):
         return {"probabilities": classifier.probabilities(images)}
 
-    with _numpy_product() if large_model else contextlib.nullcontext():
-        proto, storage = tf2onnx.convert.from_function(
+    def from_function():
+        return tf2onnx.convert.from_function(
             probabilities,
             input_signature=[spec],
             opset=OPSET,
             custom_op_handlers={"Erfc": (_erfc, [])},
             large_model=large_model,
         )
+
+    if large_model:  # tf2onnx optimizes a large model in place already
+        with _numpy_product():
+            proto, storage = from_function()
+    else:
+        try:
+            with _optimizers_in_place():
+                proto, storage = from_function()
+        except Exception as error:  # an optimizer that tf2onnx's default would have skipped
+            logger.info("tf2onnx's optimizers failed in place (%s): converting with each on a copy", error)
+            proto, storage = from_function()
     proto.doc_string = f"{classifier.name}: RGB pixels in [0, 255] -> class probabilities"
     entry = proto.metadata_props.add()
     entry.key, entry.value = "class_names", "\n".join(classifier.class_names)
@@ -65,6 +81,22 @@ def _to_onnx(classifier, large_model):
         entry = proto.metadata_props.add()
         entry.key, entry.value = "license", classifier.license
     return proto, storage
+
+
+@contextlib.contextmanager
+def _optimizers_in_place():
+    """tf2onnx's graph optimizers run on the graph itself, as for a large model, not each on a deep
+    copy of it (its default below 2 GiB, so that a failing optimizer can be skipped): the copies
+    were 40% of a ViT-Ti's conversion. A failure raises; `_to_onnx` then converts the default way."""
+    saved = os.environ.get(CATCH_ERRORS)
+    if saved is not None:  # the user's own choice
+        yield
+        return
+    os.environ[CATCH_ERRORS] = "FALSE"
+    try:
+        yield
+    finally:
+        del os.environ[CATCH_ERRORS]
 
 
 @contextlib.contextmanager

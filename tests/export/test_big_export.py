@@ -135,3 +135,34 @@ def test_an_onnx_export_that_fails_midway_leaves_no_partial_file(tiny_model_file
     with pytest.raises(OSError, match="went down"):
         exporter.export_model(path, output=str(tmp_path), formats=("onnx",), verify=False)
     assert _everything_under(tmp_path / "tiny_vit") == []
+
+
+def test_an_onnx_optimizer_that_fails_in_place_falls_back_to_tf2onnx_default_and_still_agrees(
+    tiny_model_file, monkeypatch
+):
+    """tf2onnx's optimizers run in place (fast); one that raises there is skipped as tf2onnx's own
+    default skips it, on a second conversion, and the model still answers as Keras does."""
+    from tf2onnx import optimizer
+
+    calls = []
+
+    class FailsInPlace(optimizer.TransposeOptimizer):
+        def optimize(self, graph, iteration):
+            calls.append(os.environ.get(onnx_model.CATCH_ERRORS))
+            if os.environ.get(onnx_model.CATCH_ERRORS) == "FALSE":
+                raise RuntimeError("this optimizer breaks on the graph itself")
+            return super().optimize(graph, iteration)
+
+    monkeypatch.setitem(optimizer._optimizers, "optimize_transpose", FailsInPlace)
+    monkeypatch.delenv(onnx_model.CATCH_ERRORS, raising=False)
+    classifier = load_classifier(tiny_model_file[0])
+    session = onnxruntime.InferenceSession(onnx_model.convert(classifier))
+    assert calls[0] == "FALSE" and None in calls  # in place first, then tf2onnx's default
+    assert onnx_model.CATCH_ERRORS not in os.environ  # the process's environment as it was
+    images = (
+        np.random.default_rng(0)
+        .uniform(0, 255, (2, TINY["image_size"], TINY["image_size"], 3))
+        .astype(np.float32)
+    )
+    (onnx_answers,) = session.run(None, {"images": images})
+    np.testing.assert_allclose(onnx_answers, classifier.probabilities(images), atol=1e-5)
