@@ -1,6 +1,7 @@
 """Pretrained ViTs by name (`keras_vit.model.pretrained`), downloaded from the stand-in hub that
 conftest starts (tests/hub_server.py): repos written here by timm and transformers themselves."""
 
+import contextlib
 import json
 import os
 import re
@@ -321,11 +322,8 @@ def test_offline_with_an_empty_cache_and_the_network_down_say_so_and_then_work(
     line = _one_line_error(capsys, "hf-hub:tests/tiny-vit", str(tmp_path / "any.png"))
     assert "is not in the cache" in line and "HF_HUB_OFFLINE" in line, line
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
-    HUB.stop()
-    try:
+    with _network_down():
         line = _one_line_error(capsys, "hf-hub:tests/tiny-vit", str(tmp_path / "any.png"))
-    finally:
-        HUB.start()
     assert f"Cannot reach {HUB.url}" in line and "check the network" in line, line
     assert keras_vit.create_model("hf-hub:tests/tiny-vit", pretrained=True).num_classes == 5
 
@@ -489,13 +487,24 @@ def _unannounced(monkeypatch):
     monkeypatch.setattr(pretrained, "_announced", set())
 
 
-@pytest.fixture
-def hub_down():
+@contextlib.contextmanager
+def _network_down():
+    """The stand-in hub stopped, then serving again. keras-vit remembers for 30 s whether the hub
+    answered (`hub.endpoint_answers`): forgotten at both ends, or a test that starts within 30 s of
+    a probe would see the network as it was then (up while down, or down for the tests after)."""
     HUB.stop()
     pretrained.hub._answers.clear()
-    yield
-    HUB.start()
-    pretrained.hub._answers.clear()
+    try:
+        yield
+    finally:
+        HUB.start()
+        pretrained.hub._answers.clear()
+
+
+@pytest.fixture
+def hub_down():
+    with _network_down():
+        yield
 
 
 def _embedded_notice(caplog):
