@@ -174,6 +174,14 @@ def offline():
 _answers = {}  # endpoint -> (whether it answered, when asked)
 
 
+def forget_unanswered():
+    """Forgets the endpoints remembered as not answering, at the start of a request: one that
+    failed told the user to fix the network and try again, and a new try must probe anew, not
+    repeat the answer remembered for the last `REMEMBER_SECONDS` (in one Python session)."""
+    for endpoint in [endpoint for endpoint, (answered, _) in _answers.items() if not answered]:
+        del _answers[endpoint]
+
+
 def endpoint_answers():
     """Whether the hub's endpoint accepts a TCP connection within `CONNECT_SECONDS`; remembered
     for `REMEMBER_SECONDS`. Behind a proxy the endpoint is the proxy's to reach: True."""

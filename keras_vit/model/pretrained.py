@@ -256,6 +256,7 @@ def what_to_build(name, overrides, families):
     `num_classes` gives a new head (its class names dropped unless given), another `image_size`
     resampled position embeddings (ViT) or bias tables (Swin, with another `window_size`);
     `families`: those that may build it (the registry's)."""
+    hub.forget_unanswered()  # a new request: the network may be back since the last one failed
     source = resolve(name)
     found = read_hub_model(source, families)
     return ToBuild(found.family, _arguments(found, overrides), source)

@@ -6,6 +6,7 @@ import json
 import os
 import re
 import shutil
+import time
 
 import numpy as np
 import pytest
@@ -326,6 +327,23 @@ def test_offline_with_an_empty_cache_and_the_network_down_say_so_and_then_work(
         line = _one_line_error(capsys, "hf-hub:tests/tiny-vit", str(tmp_path / "any.png"))
     assert f"Cannot reach {HUB.url}" in line and "check the network" in line, line
     assert keras_vit.create_model("hf-hub:tests/tiny-vit", pretrained=True).num_classes == 5
+
+
+def test_a_python_session_that_was_told_the_hub_is_down_tries_again_once_it_is_back(
+    tiny_timm, hub_cache, unwaited_retries
+):
+    """One process, as a notebook: told "Cannot reach ..., then run the same command again", the
+    user fixes the network and runs it again at once; keras-vit probes anew (it remembers whether
+    the hub answered for 30 s, within one request), and loads."""
+    from keras_vit.model import hub
+
+    _timm_repo("tests/tiny-vit-back", tiny_timm, safe_serialization=True)
+    with _network_down():
+        with pytest.raises(hub.Unreachable, match="Cannot reach"):
+            keras_vit.create_model("hf-hub:tests/tiny-vit-back", pretrained=True)
+        assert hub._answers[hub._endpoint()][0] is False  # "down", remembered
+    hub._answers[hub._endpoint()] = (False, time.monotonic())  # as the failed call left it
+    assert keras_vit.create_model("hf-hub:tests/tiny-vit-back", pretrained=True).num_classes == 5
 
 
 def test_a_download_cut_off_or_stopped_by_a_full_disk_is_one_line_and_the_next_try_works(
