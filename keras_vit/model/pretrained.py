@@ -172,6 +172,9 @@ def resolve(name):
     Raises:
         ValueError: a name that is none of the four forms; the message lists close names.
     """
+    # Every request by name starts here (create_model, train's --weights): the network may be
+    # back since the last one failed.
+    hub.forget_unanswered()
     name = str(name)
     if name.startswith(LOCAL_PREFIX):
         folder = os.path.expanduser(name[len(LOCAL_PREFIX) :])
@@ -256,7 +259,6 @@ def what_to_build(name, overrides, families):
     `num_classes` gives a new head (its class names dropped unless given), another `image_size`
     resampled position embeddings (ViT) or bias tables (Swin, with another `window_size`);
     `families`: those that may build it (the registry's)."""
-    hub.forget_unanswered()  # a new request: the network may be back since the last one failed
     source = resolve(name)
     found = read_hub_model(source, families)
     return ToBuild(found.family, _arguments(found, overrides), source)
