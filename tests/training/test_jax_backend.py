@@ -10,6 +10,7 @@ import re
 import subprocess
 import sys
 
+import keras
 import numpy as np
 import pytest
 from conftest import HANG_SECONDS, NATIVE_LOG_LINE, TINY_MODEL
@@ -37,27 +38,43 @@ def _cli(*args):
     return [sys.executable, "-m", "keras_vit", *args]
 
 
-def test_jax_trains_resumes_after_sigkill_evaluates_and_exports_under_tensorflow(
+def test_a_lora_run_on_jax_resumes_exactly_after_sigkill_evaluates_and_exports_under_tensorflow(
     colors_dataset, tmp_path, kill_after_two_epochs
 ):
+    """`keras-vit train --lora-rank` on JAX, killed after two epochs and started again from a
+    user's shell, ends with the weights of an uninterrupted run (its backups hold the adapters and
+    their moments, not the merged kernels), evaluates under JAX, and its `.keras` exports under
+    TensorFlow, verified against Keras. (A whole model resuming on JAX: the two-process job in
+    test_scale.py; LoRA's layers, counts and merge: test_lora.py.)"""
+
+    def command(run):
+        return _cli(
+            "train", "--dataset", colors_dataset, "--output", str(run), "--epochs", "4", "--batch-size", "8",
+            "--validation-split", "0.25", "--backup-every-steps", "2", "--learning-rate", "3e-3",
+            "--lora-rank", "2", "--lora-targets", "attention,mlp", *TINY_FLAGS,
+        )  # fmt: skip
+
     run = tmp_path / "run"
-    train = _cli(
-        "train", "--dataset", colors_dataset, "--output", str(run), "--epochs", "6", "--batch-size", "8",
-        "--validation-split", "0.25", "--backup-every-steps", "2", "--learning-rate", "3e-3", *TINY_FLAGS,
-    )  # fmt: skip
-    kill_after_two_epochs(train, _env("jax"), run)
+    whole = subprocess.Popen(command(tmp_path / "whole"), env=_env("jax"), stderr=subprocess.PIPE, text=True)
+    kill_after_two_epochs(command(run), _env("jax"), run)
     assert os.listdir(run / "backup") and not (run / "history.json").exists()
 
     finished = subprocess.run(
-        train, env=_user_env("jax"), capture_output=True, text=True, timeout=HANG_SECONDS
+        command(run), env=_user_env("jax"), capture_output=True, text=True, timeout=HANG_SECONDS
     )
     assert finished.returncode == 0, finished.stderr[-3000:]
+    assert whole.wait(timeout=HANG_SECONDS) == 0, whole.stderr.read()[-3000:]
     _assert_quiet(finished)
     summary = json.loads((run / "history.json").read_text())
     assert summary["backend"] == "jax"
-    assert summary["optimizer_steps"] == summary["steps"] == 6 * (54 // 8)
-    assert len(summary["history"]["loss"]) == 6
+    assert summary["optimizer_steps"] == summary["steps"] == 4 * (54 // 8)
+    assert len(summary["history"]["loss"]) == 4
     assert {"model.keras", "class_names.json", "preprocessing.json", "training.png"} <= set(os.listdir(run))
+    resumed, uninterrupted = (
+        keras.models.load_model(folder / "model.keras") for folder in (run, tmp_path / "whole")
+    )
+    for a, b in zip(resumed.weights, uninterrupted.weights, strict=True):
+        np.testing.assert_allclose(np.array(a), np.array(b), atol=1e-6, err_msg=a.path)
 
     evaluated = subprocess.run(
         _cli("evaluate", str(run), "--json"),

@@ -1,17 +1,12 @@
 """LoRA: Keras' low-rank adapters on the blocks the family names, the rest of the backbone
 frozen, the head trained, and a merged model saved; backups that resume the adapters exactly."""
 
-import json
-import os
 import re
-import shutil
-import subprocess
-import sys
 
 import keras
 import numpy as np
 import pytest
-from conftest import HANG_SECONDS, TINY, TINY_MODEL
+from conftest import TINY
 
 import keras_vit
 from keras_vit.model import registry
@@ -81,44 +76,8 @@ def test_lora_refuses_what_it_cannot_adapt_in_one_line():
         keras_vit.enable_lora(model, 2)
 
 
-def _env(backend):
-    return dict(os.environ, KERAS_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="3")
-
-
-def test_a_lora_run_on_jax_resumes_its_adapters_exactly_after_sigkill_and_exports_verified(
-    colors_dataset, tmp_path, kill_after_two_epochs
-):
-    """Killed after two epochs and started again, a `--lora-rank` run ends with the weights of an
-    uninterrupted one: its backups hold the adapters and their moments, not the merged kernel."""
-
-    def command(run):
-        return [
-            sys.executable, "-m", "keras_vit", "train", "--dataset", colors_dataset, "--output", str(run),
-            "--epochs", "4", "--batch-size", "8", "--validation-split", "0", "--backup-every-steps", "3",
-            "--learning-rate", "3e-3", "--lora-rank", "2", "--lora-targets", "attention,mlp",
-            *[f"--override={k}={v}" for k, v in TINY_MODEL.items()],
-        ]  # fmt: skip
-
-    whole = subprocess.Popen(command(tmp_path / "whole"), env=_env("jax"), stderr=subprocess.PIPE, text=True)
-    kill_after_two_epochs(command(tmp_path / "killed"), _env("jax"), tmp_path / "killed")
-    resumed = subprocess.run(command(tmp_path / "killed"), env=_env("jax"), capture_output=True, text=True)
-    assert resumed.returncode == 0 and whole.wait(timeout=HANG_SECONDS) == 0, resumed.stderr[-3000:]
-    summary = json.loads((tmp_path / "killed" / "history.json").read_text())
-    assert summary["optimizer_steps"] == summary["steps"] == 4 * (72 // 8)
-    finished = [keras.models.load_model(tmp_path / run / "model.keras") for run in ("whole", "killed")]
-    for a, b in zip(*(m.weights for m in finished), strict=True):
-        np.testing.assert_allclose(np.array(a), np.array(b), atol=1e-6, err_msg=a.path)
-
-    held_out = tmp_path / "held_out"
-    shutil.copytree(colors_dataset, held_out / "val")  # the run held none out
-    exported = subprocess.run(
-        [sys.executable, "-m", "keras_vit", "export", str(tmp_path / "killed"), "--output",
-         str(tmp_path / "exports"), "--format", "tflite", "--quantize", "none", "--dataset", str(held_out),
-         "--json"],
-        env=_env("tensorflow"), capture_output=True, text=True, timeout=HANG_SECONDS,
-    )  # fmt: skip
-    assert exported.returncode == 0, exported.stderr[-3000:]
-    assert json.loads(exported.stdout)["verification"]["results"]["tflite_fp32"]["meets_target"]
+# A LoRA run on JAX killed, resumed exactly, evaluated and exported under TensorFlow: in
+# test_jax_backend.py, with the JAX backend's own run.
 
 
 @pytest.mark.parametrize(
