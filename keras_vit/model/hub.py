@@ -175,9 +175,10 @@ _answers = {}  # endpoint -> (whether it answered, when asked)
 
 
 def forget_unanswered():
-    """Forgets the endpoints remembered as not answering, at the start of a request: one that
-    failed told the user to fix the network and try again, and a new try must probe anew, not
-    repeat the answer remembered for the last `REMEMBER_SECONDS` (in one Python session)."""
+    """Forgets the endpoints remembered as not answering, when a request fails for it: the user,
+    told to fix the network and try again, must get a new probe, not the answer remembered for
+    `REMEMBER_SECONDS`. Within a request the answer stays remembered: a cached model on a down
+    network costs one probe however often the request reads the hub."""
     for endpoint in [endpoint for endpoint, (answered, _) in _answers.items() if not answered]:
         del _answers[endpoint]
 

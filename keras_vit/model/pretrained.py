@@ -154,6 +154,9 @@ class Source:
     def _use_embedded(self, error):
         """From now on, the files shipped inside keras-vit; without such a copy, `error` stands."""
         if self.embedded is None:
+            # The request ends here, telling the user to run it again: that run must probe anew,
+            # not repeat the "down" remembered for 30 s (in one Python session, as a notebook).
+            hub.forget_unanswered()
             raise error
         self.folder = self.embedded
         if self.embedded in _announced:  # one line a process, however often the name is read
@@ -172,9 +175,6 @@ def resolve(name):
     Raises:
         ValueError: a name that is none of the four forms; the message lists close names.
     """
-    # Every request by name starts here (create_model, train's --weights): the network may be
-    # back since the last one failed.
-    hub.forget_unanswered()
     name = str(name)
     if name.startswith(LOCAL_PREFIX):
         folder = os.path.expanduser(name[len(LOCAL_PREFIX) :])

@@ -6,7 +6,6 @@ import json
 import os
 import re
 import shutil
-import time
 
 import numpy as np
 import pytest
@@ -341,9 +340,40 @@ def test_a_python_session_that_was_told_the_hub_is_down_tries_again_once_it_is_b
     with _network_down():
         with pytest.raises(hub.Unreachable, match="Cannot reach"):
             keras_vit.create_model("hf-hub:tests/tiny-vit-back", pretrained=True)
-        assert hub._answers[hub._endpoint()][0] is False  # "down", remembered
-    hub._answers[hub._endpoint()] = (False, time.monotonic())  # as the failed call left it
+        left = dict(hub._answers)  # what the failed call left remembered
+    assert left.get(hub._endpoint(), (None,))[0] is not False  # no "down" for the retry to repeat
+    hub._answers.clear()
+    hub._answers.update(left)  # as the failed call left it (_network_down forgets at its end)
     assert keras_vit.create_model("hf-hub:tests/tiny-vit-back", pretrained=True).num_classes == 5
+
+
+def test_a_cached_model_on_a_down_network_costs_one_probe_however_often_a_request_reads_it(
+    tiny_timm, hub_cache, monkeypatch
+):
+    """`keras-vit train --weights NAME` reads the name's config for its settings, then its config
+    and weights as the run builds: on a down network each read falls back to the cache, after
+    the one probe that found the hub down (3 s each where the network ignores connections)."""
+    import types
+
+    from keras_vit.model import hub, registry
+
+    name = "hf-hub:tests/tiny-vit-cached"
+    _timm_repo("tests/tiny-vit-cached", tiny_timm, safe_serialization=True)
+    keras_vit.create_model(name, pretrained=True)  # now in the cache
+    probes = []
+
+    def create_connection(*args, **kwargs):
+        probes.append(args)
+        return socket.create_connection(*args, **kwargs)
+
+    socket = hub.socket
+    monkeypatch.setattr(hub, "socket", types.SimpleNamespace(create_connection=create_connection))
+    with _network_down():
+        for _ in range(2):  # the settings, then the run's build
+            source = pretrained.resolve(name)
+            assert registry.read_hub_model(source).num_classes == 5
+            assert os.path.isfile(source.weights())
+    assert len(probes) == 1
 
 
 def test_a_download_cut_off_or_stopped_by_a_full_disk_is_one_line_and_the_next_try_works(
