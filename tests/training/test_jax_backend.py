@@ -55,7 +55,9 @@ def test_a_lora_run_on_jax_resumes_exactly_after_sigkill_evaluates_and_exports_u
         )  # fmt: skip
 
     run = tmp_path / "run"
-    whole = subprocess.Popen(command(tmp_path / "whole"), env=_env("jax"), stderr=subprocess.PIPE, text=True)
+    whole_log = tmp_path / "whole.err"  # a file, not a pipe nobody reads while the other run goes on
+    with open(whole_log, "w") as stderr:
+        whole = subprocess.Popen(command(tmp_path / "whole"), env=_env("jax"), stderr=stderr)
     kill_after_two_epochs(command(run), _env("jax"), run)
     assert os.listdir(run / "backup") and not (run / "history.json").exists()
 
@@ -63,7 +65,7 @@ def test_a_lora_run_on_jax_resumes_exactly_after_sigkill_evaluates_and_exports_u
         command(run), env=_user_env("jax"), capture_output=True, text=True, timeout=HANG_SECONDS
     )
     assert finished.returncode == 0, finished.stderr[-3000:]
-    assert whole.wait(timeout=HANG_SECONDS) == 0, whole.stderr.read()[-3000:]
+    assert whole.wait(timeout=HANG_SECONDS) == 0, whole_log.read_text()[-3000:]
     _assert_quiet(finished)
     summary = json.loads((run / "history.json").read_text())
     assert summary["backend"] == "jax"
