@@ -1,0 +1,186 @@
+"""Dynamic-range int8 recipes for the real ViT-Ti (issue 49): which rotations and which float
+projections keep fp32's answers, and the ceiling that int8 weights alone set.
+
+Each recipe is a `.tflite` file made from timm's ViT-Ti (or its copy with the residual stream
+rotated offline, `export.rotate.rotated_copy`) by `export.quantize` rules: every
+FULLY_CONNECTED int8 by int8 with its input quantised at run time per token (dynamic range),
+unless the recipe says otherwise. `had64` rotates fc2's input in the graph by a block-diagonal
+Hadamard of 64 (a float FULLY_CONNECTED over rows of 64, fc2's kernel rotated to match: exact in
+float) instead of ai-edge-quantizer's online rotation, whose blocks of 256 are the recipe's
+dearest op. Scored against the original's fp32 Keras model on the photos calibration did not use
+(the seeded permutation of `int8_rotation.py`; GPTQ calibrates on the first 100).
+
+    unzip ../shared/datasets/imagenette2_224_val.zip -d /tmp/imagenette
+    HF_HUB_OFFLINE=1 python benchmarks/int8_dynamic.py --dataset /tmp/imagenette/imagenette2_224/val \\
+        --images 10000 --save /tmp/int8_dynamic
+    python benchmarks/tflite_latency.py /tmp/int8_dynamic/fp32.tflite /tmp/int8_dynamic/*.tflite \\
+        --threads 2
+
+One JSON line per recipe (agreement, flips, accuracy); docs/benchmarks/int8.md (eighth pass)
+reports them.
+"""
+
+import argparse
+import json
+import os
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+from int8_rotation import MODEL, fp32, keras_probabilities, labels_of, photos, read, tflite_probabilities  # noqa: E402
+from keras import ops  # noqa: E402
+
+import keras_vit  # noqa: E402
+from keras_vit.export import quantize, rotate  # noqa: E402
+from keras_vit.export.quantize import DYNAMIC, FLOAT_IO, ROTATED, Rule  # noqa: E402
+from keras_vit.inference.classifier import load_classifier  # noqa: E402
+from keras_vit.model.vit.model import ViT  # noqa: E402
+
+WEIGHT_ONLY = "weight only"  # int8 weights, float activations: what the weights alone cost
+
+
+def _op_config(bits, original=quantize._op_config):
+    from ai_edge_quantizer import qtyping
+
+    if bits != WEIGHT_ONLY:
+        return original(bits)
+    weights = qtyping.TensorQuantizationConfig(
+        num_bits=8, symmetric=True, granularity=qtyping.QuantGranularity.CHANNELWISE
+    )
+    return qtyping.OpQuantizationConfig(
+        weight_tensor_config=weights,
+        compute_precision=qtyping.ComputePrecision.FLOAT,
+        explicit_dequantize=True,
+    )
+
+
+quantize._op_config = _op_config
+
+
+def layer(name):
+    return rf"/{name}(_\d+)?/"
+
+
+def projections(activations, pattern=".*", algorithm="min_max_uniform_quantize"):
+    return Rule(pattern, "FULLY_CONNECTED", activations, algorithm)
+
+
+def with_fc2_hadamard(model, group=64):
+    """`model` (changed in place) with each block's fc2 input multiplied by `I (x) H_group` in the
+    graph, under the name scope "hadamard", and fc2's kernel by its transpose: the same outputs."""
+    hadamard = rotate.hadamard(group).astype("float32")
+    for block in model.blocks:
+        fc2 = block.fc2
+        rows = fc2.kernel.shape[0]
+        rotation = np.kron(np.eye(rows // group), hadamard.astype(np.float64))
+        fc2.kernel.assign((rotation.T @ np.asarray(fc2.kernel, np.float64)).astype("float32"))
+
+        def call(inputs, *args, original=fc2.call, **kwargs):
+            with tf.name_scope("hadamard"):
+                rotated = ops.reshape(
+                    ops.matmul(ops.reshape(inputs, (-1, group)), hadamard), ops.shape(inputs)
+                )
+            return original(rotated, *args, **kwargs)
+
+        fc2.call = call
+    return model
+
+
+def copy_of(model):
+    copy = ViT.from_config(model.get_config())
+    copy.set_weights(model.get_weights())
+    return copy
+
+
+# name: (the model the file is made from, its rules, whether the rules need calibration)
+RECIPES = {
+    "shipped": ("original", (projections(DYNAMIC, ".*", ROTATED),), False),
+    "plain": ("original", (projections(DYNAMIC),), False),
+    "rms": ("rms", (projections(DYNAMIC),), False),
+    "rms_had64": ("rms had64", (projections(DYNAMIC), projections(None, "hadamard")), False),
+    "rotated_had64": (
+        "original had64",
+        (
+            projections(DYNAMIC, ".*", ROTATED),
+            projections(DYNAMIC, layer("fc2")),
+            projections(None, "hadamard"),
+        ),
+        False,
+    ),
+    "rotated_fc2_float": (
+        "original",
+        (projections(DYNAMIC, ".*", ROTATED), projections(None, layer("fc2"))),
+        False,
+    ),
+    "rms_had64_gptq": (
+        "rms had64",
+        (projections(DYNAMIC, ".*", "GPTQ"), projections(None, "hadamard")),
+        True,
+    ),
+    "weight_only": ("original", (projections(WEIGHT_ONLY),), False),
+    "rms_weight_only": ("rms", (projections(WEIGHT_ONLY),), False),
+}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dataset", required=True, help="a folder of ImageNet class folders (wnids)")
+    parser.add_argument("--calibration", type=int, default=100)
+    parser.add_argument("--images", type=int, default=1000, help="scored photos (more than there are: all)")
+    parser.add_argument("--recipes", default=",".join(RECIPES))
+    parser.add_argument("--save", default=None, help="a folder for fp32.tflite and each recipe's file")
+    arguments = parser.parse_args()
+
+    model = keras_vit.create_model(MODEL, pretrained=True)
+    calibration_paths, scored_paths = photos(arguments.dataset, arguments.calibration, arguments.images)
+    images, labels = read(model, scored_paths), labels_of(model, scored_paths)
+    calibration = [{"images": image[None]} for image in read(model, calibration_paths)]
+    reference = keras_probabilities(model, images)
+    print(json.dumps({"images": len(images), "fp32_accuracy": float((reference.argmax(1) == labels).mean())}))
+    sources = {
+        "original": lambda: model,
+        "rms": lambda: rotate.rotated_copy(model, norm="rms"),
+        "original had64": lambda: with_fc2_hadamard(copy_of(model)),
+        "rms had64": lambda: with_fc2_hadamard(rotate.rotated_copy(model, norm="rms")),
+    }
+    float_models = {}
+    if arguments.save:
+        os.makedirs(arguments.save, exist_ok=True)
+        with open(os.path.join(arguments.save, "fp32.tflite"), "wb") as file:
+            file.write(fp32(load_classifier(model)))
+    for name in arguments.recipes.split(","):
+        source, rules, calibrated = RECIPES[name]
+        start = time.perf_counter()
+        if source not in float_models:
+            built = sources[source]()
+            exact = float(np.abs(keras_probabilities(built, images[:50]) - reference[:50]).max())
+            float_models[source] = (fp32(load_classifier(built)), exact)
+        float_model, exact = float_models[source]
+        quantizer = quantize._quantizer(float_model, (*rules, *FLOAT_IO))
+        with quantize._quantizer_quiet():
+            result = quantizer.calibrate({"serving_default": calibration}) if calibrated else None
+            flatbuffer = bytes(
+                quantizer.quantize(
+                    result, enable_progress_bar=False, enable_progress_report=False
+                ).quantized_model
+            )
+        if arguments.save:
+            with open(os.path.join(arguments.save, f"{name}.tflite"), "wb") as file:
+                file.write(flatbuffer)
+        predicted, _ = tflite_probabilities(flatbuffer, images)
+        flips = int((predicted.argmax(1) != reference.argmax(1)).sum())
+        row = {
+            "recipe": name,
+            "agreement": 1 - flips / len(images),
+            "flips": flips,
+            "accuracy": float((predicted.argmax(1) == labels).mean()),
+            "float_max_abs_diff_of_the_rewrite": exact,
+            "seconds": round(time.perf_counter() - start, 1),
+        }
+        print(json.dumps(row), flush=True)
+
+
+if __name__ == "__main__":
+    main()
