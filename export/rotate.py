@@ -22,10 +22,15 @@ the model remove them before quantisation, and leave the float graph's probabili
 On the copy, `with_massive_tokens` carries the stream's massive tokens (found by `massive_tokens`)
 at a smaller scale from a block on and splits that block's massive MLP units (`massive_units`),
 and `with_per_head_attention` gives each head its own ops; both float-exact.
+`with_rotated_inputs` is what `keras-vit export` uses today (the ViT family's `dynamic` and `int8`):
+a copy whose MLP output projections take their input rotated in the graph by a block-diagonal
+Hadamard (`HadamardInputDense`), docs/benchmarks/int8.md (eighth pass).
 What it buys a full-integer TFLite model, and what it does not (the ViT-Ti's outlier is also a
 token outlier: four corner tokens at 40 times the others' size, which no channel rotation moves):
 `benchmarks/int8_rotation.py`, docs/benchmarks/int8.md (fifth pass).
 """
+
+import math
 
 import keras
 import numpy as np
@@ -59,6 +64,61 @@ class L2Norm(keras.layers.LayerNormalization):
         import tensorflow as tf
 
         return tf.math.l2_normalize(inputs, axis=-1, epsilon=inputs.shape[-1] * self.epsilon)
+
+
+# The name scopes of `HadamardInputDense`'s two ops, which the quantisation rules select by name:
+# the rotation (kept in float) and the layer's own product (dynamic-range int8).
+HADAMARD_SCOPE = "hadamard"
+ROTATED_INPUT_SCOPE = "rotated_input"
+# The rotation's block: 64 multiply-adds per input value, where ai-edge-quantizer's own online
+# rotation spends up to 256 (its blocks); on the real ViT-Ti's fc2, 64 keeps more of fp32's answers.
+HADAMARD_GROUP = 64
+
+
+class HadamardInputDense(keras.layers.Dense):
+    """A Dense layer whose input is multiplied in the graph by a block-diagonal Hadamard matrix
+    `R = I (x) H` (blocks of `hadamard_group`, orthonormal, float) and whose kernel holds `R.T @ W`:
+    the same outputs. An outlier unit of the input (the real ViT-Ti's fc2 input: one GELU unit at
+    212 where the others stay under 10) is spread over its block before the layer's input is
+    quantised to int8 at run time, one scale per token: QuaRot's online Hadamard, made cheap.
+    `with_rotated_inputs` turns a copy's layers into this class; never the user's model."""
+
+    hadamard_group = HADAMARD_GROUP
+
+    def call(self, inputs, training=None):
+        group = self.hadamard_group
+        shape = ops.shape(inputs)
+        with keras.name_scope(HADAMARD_SCOPE):
+            rows = ops.reshape(inputs, (-1, group))
+            matrix = ops.convert_to_tensor(hadamard(group), dtype=inputs.dtype)
+            rotated = ops.reshape(ops.matmul(rows, matrix), shape)
+        with keras.name_scope(ROTATED_INPUT_SCOPE):
+            return super().call(rotated, training=training)
+
+
+def with_rotated_inputs(model, layers, group=HADAMARD_GROUP):
+    """A copy of the ViT `model` in which each block's Dense layers named in `layers` (e.g.
+    `("fc2",)`) take their input rotated (`HadamardInputDense`): the same probabilities in float,
+    to float32 rounding. A layer whose input width has no power-of-two factor of 8 or more, a
+    block without the layer (a parallel block's fused projections) and a LoRA layer are left as
+    they are. `model` is not changed."""
+    copy = ViT.from_config(model.get_config())
+    copy.set_weights(model.get_weights())
+    for block in copy.blocks:
+        for name in layers:
+            dense = getattr(block, name, None)
+            if type(dense) is not keras.layers.Dense or getattr(dense, "lora_enabled", False):
+                continue
+            width = dense.kernel.shape[0]
+            size = math.gcd(width, group)  # group is a power of two: the largest one dividing both
+            if size < 8:
+                continue
+            rotation = np.kron(np.eye(width // size), hadamard(size))
+            kernel = rotation.T @ np.asarray(dense.kernel, np.float64)
+            dense.kernel.assign(kernel.astype(dense.kernel.dtype))
+            dense.__class__ = HadamardInputDense
+            dense.hadamard_group = size
+    return copy
 
 
 class UnsupportedModelError(ValueError):

@@ -8,6 +8,7 @@ ops are allowed: a Flex or custom op fails the export, naming the op.
 """
 
 import contextlib
+import dataclasses
 import functools
 import logging
 import tempfile
@@ -18,7 +19,7 @@ import tensorflow as tf
 
 from keras_vit import framework_logs
 from keras_vit.data import pipeline
-from keras_vit.export import quantize, tflite_graph
+from keras_vit.export import quantize, rotate, tflite_graph
 from keras_vit.model import registry
 from keras_vit.storage.export_folder import INTEGER_VARIANTS, TFLITE_VARIANTS
 
@@ -113,12 +114,19 @@ def convert(classifier, variant, calibration=None, input_dtype="float32"):
     if variant in INTEGER_VARIANTS and calibration is None:
         raise ValueError(f"The {variant} TFLite variant needs a Calibration from the training images.")
     if variant == "dynamic":  # no calibration: activations are quantised at run time
-        float_model = _convert_from_saved_model(classifier, "fp32", None, input_dtype)
+        rewritten = _with_rotated_inputs(classifier, variant)
+        float_model = _convert_from_saved_model(rewritten, "fp32", None, input_dtype)
         flatbuffer = quantize.quantize(float_model, _recipe(classifier, variant), None)
     elif variant in quantize.RECIPE_VARIANTS:
         rules = _recipe(classifier, variant)
-        ranges = calibration.ranges if quantize.needs_ranges(rules) else None
-        flatbuffer = quantize.quantize(calibration.float_model, rules, ranges)
+        rewritten = _with_rotated_inputs(classifier, variant)
+        if rewritten is classifier:
+            ranges = calibration.ranges if quantize.needs_ranges(rules) else None
+            float_model = calibration.float_model
+        else:  # a dynamic-range recipe (no ranges) on its own float model
+            ranges = None
+            float_model = convert(rewritten, "fp32", input_dtype=calibration.int8_input)
+        flatbuffer = quantize.quantize(float_model, rules, ranges)
     else:
         flatbuffer = _convert_from_saved_model(classifier, variant, calibration, input_dtype)
     check_builtin_ops(flatbuffer)
@@ -126,7 +134,27 @@ def convert(classifier, variant, calibration=None, input_dtype="float32"):
 
 
 def _recipe(classifier, variant):
-    return quantize.recipes(registry.family_of(classifier.model, default=None))[variant]
+    family = registry.family_of(classifier.model, default=None)
+    rules = quantize.recipes(family)[variant]
+    if family is not None and family.quantization_rotated_inputs.get(variant):
+        # Later rules win: the rotated layers' own products dynamic-range int8 as they are, their
+        # rotations in float.
+        fully_connected = "FULLY_CONNECTED"
+        rules += (
+            quantize.Rule(f"/{rotate.ROTATED_INPUT_SCOPE}/", fully_connected, quantize.DYNAMIC),
+            quantize.Rule(f"/{rotate.HADAMARD_SCOPE}/", fully_connected, None),
+        )
+    return rules
+
+
+def _with_rotated_inputs(classifier, variant):
+    """`classifier` with the layers its family declares for `variant` taking their input rotated
+    (`rotate.with_rotated_inputs`, on a copy), or `classifier` itself."""
+    family = registry.family_of(classifier.model, default=None)
+    layers = family.quantization_rotated_inputs.get(variant) if family is not None else None
+    if not layers:
+        return classifier
+    return dataclasses.replace(classifier, model=rotate.with_rotated_inputs(classifier.model, layers))
 
 
 def _convert_from_saved_model(classifier, variant, calibration, input_dtype):

@@ -100,6 +100,10 @@ class Family:
     # in float; weights are int8 per channel. These are the ViT's, chosen on timm's ViT-Ti/16:
     # dynamic-range int8 in every projection after a rotation (its residual stream holds an
     # outlier channel), and 16-bit activations with LayerNorm's statistics in float.
+    # `{variant: Dense layer names}`: the layers of each block whose input the export rotates in
+    # the graph before the variant's recipe quantises them (`export.rotate.with_rotated_inputs`:
+    # the rotation in float, the layer dynamic-range int8 without the recipe's own rotation).
+    quantization_rotated_inputs = {}
     quantization_recipes = {
         "dynamic": (((".*", "FULLY_CONNECTED"), "rotated dynamic"),),
         "int8": (((".*", "FULLY_CONNECTED"), "rotated dynamic"),),

@@ -237,3 +237,59 @@ def test_per_head_attention_gives_the_same_probabilities(norm):
     copy = rotate.with_per_head_attention(rotate.rotated_copy(model, norm=norm))
     assert isinstance(copy.blocks[1].attention, rotate.PerHeadAttention)
     np.testing.assert_allclose(_probabilities(copy, images), _probabilities(model, images), atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "arguments, groups",
+    [
+        ({"mlp_dim": 128}, [64, 64]),  # two blocks of 64 per token
+        ({"mlp_dim": 96, "mlp": "swiglu"}, [32, 32]),  # 96 = 3 x 32: the largest power of two
+        ({"block": "res_post"}, [64, 64]),
+        ({"block": "parallel"}, [None, None]),  # no fc2 of its own: left as it is
+    ],
+)
+def test_rotated_inputs_give_the_same_probabilities_and_leave_the_model_alone(arguments, groups):
+    model = _random_vit(**arguments)
+    weights = [np.array(weight) for weight in model.weights]
+    images = _images()
+    copy = rotate.with_rotated_inputs(model, ("fc2",))
+    np.testing.assert_allclose(_probabilities(copy, images), _probabilities(model, images), atol=1e-6)
+    assert [getattr(getattr(block, "fc2", None), "hadamard_group", None) for block in copy.blocks] == groups
+    assert all(np.array_equal(a, np.array(b)) for a, b in zip(weights, model.weights, strict=True))
+    assert not any(isinstance(getattr(b, "fc2", None), rotate.HadamardInputDense) for b in model.blocks)
+
+
+def test_the_vits_dynamic_range_variants_rotate_fc2s_input_in_the_graph_in_float():
+    """`dynamic` and `int8` of a ViT: each block's fc2 reads its input through a float
+    FULLY_CONNECTED (the Hadamard) and is itself int8 without ai-edge-quantizer's rotation before
+    it; the other projections keep theirs; the probabilities stay near fp32's."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    from keras_vit.export import tflite, tflite_graph
+    from keras_vit.inference.classifier import load_classifier
+
+    classifier = load_classifier(_random_vit(mlp_dim=128))
+    images = _images()
+    calibration = tflite.Calibration(classifier, images, "uint8")
+    reference = _probabilities(classifier.model, images)
+    for variant in ("dynamic", "int8"):
+        flatbuffer = tflite.convert(classifier, variant, calibration)
+        products = {}  # output tensor name -> weight type, for every FULLY_CONNECTED
+        for name, op, graph in tflite_graph.ops(flatbuffer):
+            if name == "FULLY_CONNECTED":
+                products[graph.Tensors(op.Outputs(0)).Name().decode()] = graph.Tensors(op.Inputs(1)).Type()
+        float32, int8 = 0, 9  # TFLite's TensorType
+        hadamards = [weight for name, weight in products.items() if "/hadamard/" in name]
+        fc2 = [weight for name, weight in products.items() if "/fc2" in name and "/rotated_input/" in name]
+        assert hadamards == [float32, float32] and fc2 == [int8, int8], (variant, products)
+        online = [name for name in products if name.endswith("_rotated")]  # ai-edge-quantizer's
+        assert len(online) == 2 * 3 + 1  # QKV, proj and fc1 of each block, and the head: not fc2
+        probabilities = []
+        interpreter = Interpreter(model_content=flatbuffer)
+        interpreter.allocate_tensors()
+        given, output = interpreter.get_input_details()[0], interpreter.get_output_details()[0]
+        for image in images:
+            interpreter.set_tensor(given["index"], image[None].astype(given["dtype"]))
+            interpreter.invoke()
+            probabilities.append(interpreter.get_tensor(output["index"])[0])
+        assert np.abs(np.array(probabilities) - reference).max() < 0.05, variant
