@@ -102,7 +102,7 @@ def with_rotated_inputs(model, layers, group=HADAMARD_GROUP):
     to float32 rounding. A layer whose input width has no power-of-two factor of 8 or more, a
     block without the layer (a parallel block's fused projections) and a LoRA layer are left as
     they are. `model` is not changed."""
-    copy = ViT.from_config(model.get_config())
+    copy = model.__class__.from_config(model.get_config())  # a ViT or a subclass of it
     copy.set_weights(model.get_weights())
     for block in copy.blocks:
         for name in layers:
