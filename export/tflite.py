@@ -123,9 +123,12 @@ def convert(classifier, variant, calibration=None, input_dtype="float32"):
         if rewritten is classifier:
             ranges = calibration.ranges if quantize.needs_ranges(rules) else None
             float_model = calibration.float_model
-        else:  # a dynamic-range recipe (no ranges) on its own float model
-            ranges = None
+        else:  # the rewritten copy's own float model, and its own ranges where the rules need them
             float_model = convert(rewritten, "fp32", input_dtype=calibration.int8_input)
+            ranges = None
+            if quantize.needs_ranges(rules):
+                images = calibration.representative_images
+                ranges = quantize.calibrate(float_model, images, calibration.int8_input)
         flatbuffer = quantize.quantize(float_model, rules, ranges)
     else:
         flatbuffer = _convert_from_saved_model(classifier, variant, calibration, input_dtype)
