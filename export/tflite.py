@@ -84,9 +84,15 @@ class Calibration:
     def __init__(self, classifier, representative_images, int8_input="uint8"):
         if representative_images is None or len(representative_images) == 0:
             raise ValueError("Integer TFLite variants need representative images from the training data.")
-        self.float_model = convert(classifier, "fp32", input_dtype=int8_input)
+        self.classifier = classifier
         self.representative_images = representative_images
         self.int8_input = int8_input
+
+    @functools.cached_property
+    def float_model(self):
+        """The fp32 model with the integer variants' input; converted only for a recipe that
+        quantises this model (the ViT's `int8` quantises a rewritten copy: `_with_rotated_inputs`)."""
+        return convert(self.classifier, "fp32", input_dtype=self.int8_input)
 
     @functools.cached_property
     def ranges(self):
@@ -137,9 +143,8 @@ def convert(classifier, variant, calibration=None, input_dtype="float32"):
 
 
 def _recipe(classifier, variant):
-    family = registry.family_of(classifier.model, default=None)
-    rules = quantize.recipes(family)[variant]
-    if family is not None and family.quantization_rotated_inputs.get(variant):
+    rules = quantize.recipes(registry.family_of(classifier.model, default=None))[variant]
+    if _rotated_layers(classifier, variant):
         # Later rules win: the rotated layers' own products dynamic-range int8 as they are, their
         # rotations in float.
         fully_connected = "FULLY_CONNECTED"
@@ -150,11 +155,16 @@ def _recipe(classifier, variant):
     return rules
 
 
+def _rotated_layers(classifier, variant):
+    """The Dense layers whose input the family rotates in the graph for `variant` (none: `()`)."""
+    family = registry.family_of(classifier.model, default=None)
+    return family.quantization_rotated_inputs.get(variant, ()) if family is not None else ()
+
+
 def _with_rotated_inputs(classifier, variant):
     """`classifier` with the layers its family declares for `variant` taking their input rotated
     (`rotate.with_rotated_inputs`, on a copy), or `classifier` itself."""
-    family = registry.family_of(classifier.model, default=None)
-    layers = family.quantization_rotated_inputs.get(variant) if family is not None else None
+    layers = _rotated_layers(classifier, variant)
     if not layers:
         return classifier
     return dataclasses.replace(classifier, model=rotate.with_rotated_inputs(classifier.model, layers))

@@ -293,3 +293,5 @@ def test_the_vits_dynamic_range_variants_rotate_fc2s_input_in_the_graph_in_float
             interpreter.invoke()
             probabilities.append(interpreter.get_tensor(output["index"])[0])
         assert np.abs(np.array(probabilities) - reference).max() < 0.05, variant
+    # Both quantised the rewritten copy: the original's fp32 model was never converted for them.
+    assert "float_model" not in vars(calibration)
