@@ -21,6 +21,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import numpy as np  # noqa: E402
 
+from keras_vit.inference.runtimes import xnnpack_delegation  # noqa: E402
+
 
 def cpu():
     """`lscpu`'s model name and the AVX-512 / VNNI / BF16 flags it lists (empty off Linux)."""
@@ -43,28 +45,6 @@ def interpreter(path, threads=None):
         model.set_tensor(given["index"], np.zeros(given["shape"], given["dtype"]))
     model.invoke()  # warm-up: XNNPACK builds its graph on the first run
     return model
-
-
-def delegation(model):
-    """`(ops XNNPACK took, ops left to LiteRT's own kernels, XNNPACK partitions)` of an allocated
-    interpreter: LiteRT appends one DELEGATE node per partition it handed to XNNPACK; the
-    partition's ops are those found walking back from the node's outputs to its inputs."""
-    ops = model._get_ops_details()
-    original = [op for op in ops if op["op_name"] != "DELEGATE"]
-    delegates = [op for op in ops if op["op_name"] == "DELEGATE"]
-    producer = {int(t): op["index"] for op in original for t in op["outputs"]}
-    taken = set()
-    for node in delegates:
-        inputs = {int(t) for t in node["inputs"]}
-        stack = [int(t) for t in node["outputs"]]
-        while stack:
-            tensor = stack.pop()
-            index = producer.get(tensor)
-            if tensor in inputs or index is None or index in taken:
-                continue
-            taken.add(index)
-            stack.extend(int(t) for t in ops[index]["inputs"] if t >= 0)
-    return len(taken), len(original) - len(taken), len(delegates)
 
 
 def alternate(paths, rounds=5, runs=20, threads=None):
@@ -92,7 +72,7 @@ def main():
     print("| model | ops XNNPACK took | ops outside it | XNNPACK partitions |")
     print("|---|---|---|---|")
     for path in args.models:
-        counts = delegation(interpreter(path, args.threads))
+        counts = xnnpack_delegation(interpreter(path, args.threads))
         print(f"| {os.path.basename(path)} | {' | '.join(map(str, counts))} |")
     print()
     times = alternate(args.models, args.rounds, args.runs, args.threads)

@@ -161,6 +161,7 @@ def verify_exports(keras_model, files, spec, split=None, limit=VERIFY_IMAGES, ag
             result["latency_ms"] = latency_ms(runner, images[0])
             with open(path, "rb") as f:
                 result["float_ops"] = len(tflite_graph.float_ops(f.read()))
+            result["xnnpack_ops"], result["ops_outside_xnnpack"], _ = runner.delegation()
         results[name] = result
     return {
         "dataset": str(spec.name),
@@ -196,17 +197,18 @@ def format_table(report):
         f"Verified on {report['count']} images of {report['dataset']} [{report['split']}]; {scored}",
         "",
         "| export | max abs diff | top-1 agreement | accuracy | size (MB) | batch-1 latency (ms) "
-        "| ops in float | target |",
-        "|---|---|---|---|---|---|---|---|",
+        "| ops in float | ops on XNNPACK / outside | target |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for name, r in report["results"].items():
         size = f"{r['bytes'] / 1e6:.2f}" if "bytes" in r else ""
         latency = f"{r['latency_ms']:.2f}" if "latency_ms" in r else ""
         float_ops = str(r["float_ops"]) if "float_ops" in r else ""
+        delegated = f"{r['xnnpack_ops']} / {r['ops_outside_xnnpack']}" if "xnnpack_ops" in r else ""
         verdict = "met" if r["meets_target"] else "**BELOW TARGET**: " + "; ".join(r["failures"])
         lines.append(
             f"| {name} | {r['max_abs_difference']:.2e} | {r['top1_agreement']:.2%} "
-            f"| {_percent(r['accuracy'])} | {size} | {latency} | {float_ops} | {verdict} |"
+            f"| {_percent(r['accuracy'])} | {size} | {latency} | {float_ops} | {delegated} | {verdict} |"
         )
     return "\n".join(lines) + "\n"
 

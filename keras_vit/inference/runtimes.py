@@ -190,6 +190,32 @@ def _load_saved_model(path):
         ) from None
 
 
+def xnnpack_delegation(interpreter):
+    """`(ops XNNPACK took, ops left to LiteRT's own kernels, XNNPACK partitions)` of an allocated
+    LiteRT `Interpreter`.
+
+    LiteRT hands XNNPACK its partitions when the tensors are allocated and appends one DELEGATE
+    node per partition; a partition's ops are those found walking back from the node's outputs
+    to its inputs. An op outside runs on LiteRT's own kernels: for 16-bit integers, reference
+    loops (docs/tflite-integer.md)."""
+    ops = interpreter._get_ops_details()  # LiteRT's only view of the delegated graph
+    original = [op for op in ops if op["op_name"] != "DELEGATE"]
+    delegates = [op for op in ops if op["op_name"] == "DELEGATE"]
+    producer = {int(t): op["index"] for op in original for t in op["outputs"]}
+    taken = set()
+    for node in delegates:
+        inputs = {int(t) for t in node["inputs"]}
+        stack = [int(t) for t in node["outputs"]]
+        while stack:
+            tensor = stack.pop()
+            index = producer.get(tensor)
+            if tensor in inputs or index is None or index in taken:
+                continue
+            taken.add(index)
+            stack.extend(int(t) for t in ops[index]["inputs"] if t >= 0)
+    return len(taken), len(original) - len(taken), len(delegates)
+
+
 class TFLiteRunner(Runner):
     """Runs a `.tflite` with LiteRT, one image at a time.
 
@@ -258,6 +284,10 @@ class TFLiteRunner(Runner):
     def predict(self, images):
         # One image at a time: batch 1 is the static shape XNNPACK runs best.
         return np.stack([self._run(image) for image in self._checked(images)])
+
+    def delegation(self):
+        """`(ops XNNPACK took, ops outside it, XNNPACK partitions)`: `xnnpack_delegation`."""
+        return xnnpack_delegation(self.interpreter)
 
     def predict_attention(self, images):
         """`(probabilities, attention maps (n, rows, cols))`; needs a model exported with --attention."""

@@ -130,6 +130,21 @@ def test_tflite_models_hold_only_builtin_ops_and_a_static_batch_of_one(exported)
     assert exported["verification"]["results"]["tflite_fp32"]["float_ops"] > 50
 
 
+def test_the_report_counts_the_ops_xnnpack_takes_and_those_left_to_litert(exported):
+    results = exported["verification"]["results"]
+    fp32 = results["tflite_fp32"]
+    assert fp32["xnnpack_ops"] > 50 and fp32["ops_outside_xnnpack"] == 0  # XNNPACK runs all of fp32
+    # XNNPACK has no 16-bit integer type: int16x8's 16-bit ops stay on LiteRT's kernels.
+    assert results["tflite_int16x8"]["ops_outside_xnnpack"] > 0
+    for name, result in results.items():
+        if name.startswith("tflite_"):
+            flatbuffer = open(os.path.join(exported["folder"], result["file"]), "rb").read()
+            ops = len(list(tflite_graph.ops(flatbuffer)))
+            assert result["xnnpack_ops"] + result["ops_outside_xnnpack"] == ops, name
+    table = open(os.path.join(exported["folder"], "verification.md")).read()
+    assert f"| {fp32['xnnpack_ops']} / 0 |" in table
+
+
 def test_a_flex_op_fails_the_check_and_names_the_op():
     @tf.function(input_signature=[tf.TensorSpec([1, 4], tf.float32)])
     def needs_flex(x):

@@ -90,9 +90,9 @@ def rollout(
         result = mixed if result is None else ops.matmul(mixed, result)
     if probe is not None:  # no skip connection around the probe: its weights are the whole mix
         weights = ops.mean(ops.cast(probe, "float32"), axis=1)  # (batch, 1, tokens read)
-        row = ops.matmul(weights, result[:, probe_skips:, :])[:, 0, num_prefix_tokens:]
-    elif from_cls:
-        row = result[:, 0, num_prefix_tokens:]
+        row = ops.matmul(weights, result[:, probe_skips:, :])[:, :1, num_prefix_tokens:]
+    elif from_cls:  # [:, :1], not [:, 0]: XNNPACK refuses a shrinking STRIDED_SLICE
+        row = result[:, :1, num_prefix_tokens:]
     else:
         row = ops.mean(result[:, num_prefix_tokens:, num_prefix_tokens:], axis=1)
     maps = ops.reshape(row, (-1, grid_size[0], grid_size[1]))

@@ -1303,10 +1303,12 @@ class TokenPooling(keras.layers.Layer):
         self.num_prefix_tokens = num_prefix_tokens
 
     def call(self, x):
+        # A slice and a squeeze, not `x[:, 0]`: its shrinking STRIDED_SLICE is the one fp32 op
+        # XNNPACK refuses, and it cut the TFLite graph in two partitions.
         if self.mode == "token":
-            return x[:, 0]
+            return ops.squeeze(x[:, :1], axis=1)
         if self.mode == "distillation":
-            return x[:, 1]
+            return ops.squeeze(x[:, 1:2], axis=1)
         if self.mode == "none":
             return x
         return ops.mean(x[:, self.num_prefix_tokens :], axis=1)
