@@ -14,6 +14,8 @@ import input_pipeline  # noqa: E402
 import run  # noqa: E402
 import token_scaling  # noqa: E402
 
+from keras_vit.inference.runtimes import xnnpack_delegation  # noqa: E402
+
 TINY_ARCHITECTURE = dict(patch_size=4, hidden_dim=32, depth=2, num_heads=4, mlp_dim=64)
 
 
@@ -370,5 +372,45 @@ def test_tflite_latency_counts_the_ops_xnnpack_takes(tmp_path):
     path.write_bytes(
         tf.lite.TFLiteConverter.from_concrete_functions([model.get_concrete_function()], model).convert()
     )
-    taken, outside, partitions = tflite_latency.delegation(tflite_latency.interpreter(str(path), 1))
+    taken, outside, partitions = xnnpack_delegation(tflite_latency.interpreter(str(path), 1))
     assert outside == 1 and partitions == 2 and taken >= 4
+
+
+def test_gptq_rounds_a_kernel_closer_to_its_outputs_than_rounding_to_nearest():
+    """`benchmarks/int8_weights.py`: on correlated inputs GPTQ's rounding, still on the int8 grid
+    of each output channel, changes the layer's outputs less than round-to-nearest does."""
+    import int8_weights
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(2000, 16)) @ rng.normal(size=(16, 48))  # 48 inputs of rank 16
+    kernel = rng.normal(size=(48, 24)) * 0.05
+    nearest = int8_weights.round_to_nearest(kernel)
+    rounded = int8_weights.gptq(kernel, x.T @ x / len(x))
+    scale = np.abs(kernel).max(0) / 127
+    steps = rounded / scale
+    assert np.allclose(steps, np.round(steps)) and np.abs(np.round(steps)).max() <= 127
+    error = lambda w: np.mean((x @ (w - kernel)) ** 2)  # noqa: E731
+    assert error(rounded) < 0.5 * error(nearest)
+
+
+def test_the_awq_scaling_keeps_a_vits_float_answers():
+    """Scaling each kernel's input channels and folding the inverse into the norm or V before
+    changes nothing in float, whatever alpha each kernel gets."""
+    import int8_weights
+    import keras
+    import numpy as np
+
+    import keras_vit
+
+    keras.utils.set_random_seed(0)
+    model = keras_vit.create_model("vit_tiny_patch16_224", image_size=32, num_classes=10, **TINY_ARCHITECTURE)
+    images = np.random.default_rng(0).uniform(-1, 1, (8, 32, 32, 3)).astype("float32")
+    for layer in model._flatten_layers():  # norms and biases away from their initial values
+        for weight in layer.weights:
+            if weight.path.endswith(("gamma", "beta", "bias")):
+                weight.assign(np.random.default_rng(1).normal(1, 0.5, weight.shape).astype("float32"))
+    before = keras.ops.convert_to_numpy(model(images))
+    alphas = int8_weights.awq_scales(model, int8_weights.dense_inputs(model, images))
+    assert len(alphas) == 3 * TINY_ARCHITECTURE["depth"] + 1 and any(a > 0 for a in alphas.values())
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(model(images)), before, atol=1e-4)

@@ -1,0 +1,221 @@
+"""What int8 weights alone cost the real ViT-Ti, and whether a better rounding buys it back
+(issue 49, ninth pass).
+
+Every recipe here rounds the Dense kernels (QKV, proj, fc1, fc2, head) to int8 per output
+channel, symmetric, as ai-edge-quantizer's weight-only and dynamic-range recipes do, and keeps
+activations in float: in Keras, so a recipe is a few seconds and its answers are those of a
+TFLite weight-only file (`int8_dynamic.py --recipes weight_only` agrees on the same photos).
+Recipes (`--recipes`):
+- `rtn`: round to nearest, the scale from the channel's largest |w| (min/max);
+- `bias`: the same, and each bias corrected by the rounding's mean effect on the calibration
+  photos' inputs, `b - E[x] (W_q - W)` (Nagel et al., data-free quantisation's bias correction);
+- `gptq`: GPTQ (Frantar et al., 2023), columns in the order of the calibration inputs' energy,
+  each column's rounding error spread over the columns not yet rounded (1% damping);
+- `awq`: each input channel scaled by `mean|x|^alpha` before rounding, the inverse folded into
+  the float op before (norm1 for QKV, norm2 for fc1, V's columns for proj, the final norm for the
+  head): alpha from 0 to 1 by the least layer-output error on the calibration inputs (AWQ,
+  Lin et al., 2024); exact in float;
+- `float_K`: the K kernels whose rounding alone moves the calibration photos' probabilities most
+  (KL divergence) kept in float, the others `rtn`.
+
+Scored against the fp32 Keras model on the photos calibration did not use (the seeded
+permutation of `int8_rotation.py`): flips of the top-1 class, and the mean KL divergence of the
+probabilities, a finer measure than flips on a thousand photos.
+
+    unzip ../shared/datasets/imagenette2_224_val.zip -d /tmp/imagenette
+    HF_HUB_OFFLINE=1 python benchmarks/int8_weights.py --dataset /tmp/imagenette/imagenette2_224/val
+
+One JSON line per recipe; docs/benchmarks/int8.md (ninth pass) reports them.
+"""
+
+import argparse
+import json
+import os
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+from int8_rotation import MODEL, keras_probabilities, photos, read  # noqa: E402
+
+import keras_vit  # noqa: E402
+
+LEVELS = 127  # symmetric int8: -127..127, as TFLite's int8 weights
+
+
+def round_to_nearest(kernel):
+    scale = np.abs(kernel).max(0) / LEVELS  # per output channel (the kernel is (inputs, outputs))
+    scale[scale == 0] = 1
+    return np.clip(np.round(kernel / scale), -LEVELS, LEVELS) * scale
+
+
+def gptq(kernel, hessian, damping=0.01):
+    scale = np.abs(kernel).max(0) / LEVELS
+    scale[scale == 0] = 1
+    w = kernel.T.copy()  # (outputs, inputs): one column per input channel
+    h = hessian.copy()
+    dead = np.diag(h) == 0
+    h[dead, dead] = 1
+    w[:, dead] = 0
+    order = np.argsort(-np.diag(h))
+    w, h = w[:, order], h[order][:, order]
+    h += damping * np.mean(np.diag(h)) * np.eye(len(h))
+    inverse = np.linalg.cholesky(np.linalg.inv(h)).T  # upper Cholesky factor of H^-1
+    rounded = np.zeros_like(w)
+    for i in range(len(h)):
+        column = w[:, i]
+        rounded[:, i] = np.clip(np.round(column / scale), -LEVELS, LEVELS) * scale
+        error = (column - rounded[:, i]) / inverse[i, i]
+        w[:, i + 1 :] -= np.outer(error, inverse[i, i + 1 :])
+    result = np.empty_like(rounded)
+    result[:, order] = rounded
+    return result.T
+
+
+def dense_layers(model):
+    return [layer for layer in model._flatten_layers() if isinstance(layer, keras.layers.Dense)]
+
+
+def dense_inputs(model, images, rows_per_call=64, seed=0):
+    """`{layer path: (mean input, E[x^T x], sampled input rows)}` over `images`, in float64."""
+    rng = np.random.default_rng(seed)
+    call = keras.layers.Dense.call
+    found = {}
+
+    def record(self, inputs, training=None):
+        x = keras.ops.convert_to_numpy(inputs).reshape(-1, inputs.shape[-1]).astype(np.float64)
+        total, second, count, rows = found.get(self.path, (0, 0, 0, []))
+        rows.append(x[rng.choice(len(x), min(rows_per_call, len(x)), replace=False)])
+        found[self.path] = (total + x.sum(0), second + x.T @ x, count + len(x), rows)
+        return call(self, inputs, training=training)
+
+    keras.layers.Dense.call = record
+    try:
+        for i in range(0, len(images), 10):
+            model(images[i : i + 10], training=False)
+    finally:
+        keras.layers.Dense.call = call
+    return {
+        path: (total / count, second / count, np.concatenate(rows))
+        for path, (total, second, count, rows) in found.items()
+    }
+
+
+def awq_scales(model, inputs):
+    """Scales each kernel's input channels and folds the inverse into the float op before;
+    returns `{path: alpha}`. The model's float answers do not change."""
+    dense = {layer.path: layer for layer in dense_layers(model)}
+    final_norm = next(
+        layer
+        for layer in model._flatten_layers()
+        if isinstance(layer, keras.layers.LayerNormalization) and layer.name == "norm"
+    )
+    readers = {dense[next(p for p in dense if p.split("/")[-1] == "head")].path: ("norm", final_norm)}
+    for block in model.blocks:
+        readers[block.attention.qkv.path] = ("norm", block.norm1)
+        readers[block.fc1.path] = ("norm", block.norm2)
+        readers[block.attention.proj.path] = ("values", block.attention.qkv)
+    alphas = {}
+    for path, (kind, before) in readers.items():
+        kernel = np.asarray(dense[path].kernel, np.float64)
+        x = inputs[path][2]
+        magnitude = np.abs(x).mean(0) + 1e-8
+        exact = x @ kernel
+        best = (np.inf, 0.0, np.ones(len(magnitude)))
+        for alpha in np.linspace(0, 1, 21):
+            scale = magnitude**alpha
+            scale /= np.sqrt(scale.max() * scale.min())
+            error = np.mean(((x * scale) @ round_to_nearest(kernel / scale[:, None]) - exact) ** 2)
+            best = min(best, (error, alpha, scale), key=lambda candidate: candidate[0])
+        _, alphas[path], scale = best
+        dense[path].kernel.assign((kernel / scale[:, None]).astype("float32"))
+        if kind == "norm":
+            for weight in (before.gamma, before.beta):
+                weight.assign((np.asarray(weight, np.float64) * scale).astype("float32"))
+        else:  # V's output channels are proj's input channels, in the same order
+            qkv_kernel, qkv_bias = np.array(before.kernel, np.float64), np.array(before.bias, np.float64)
+            values = slice(2 * qkv_kernel.shape[1] // 3, None)
+            qkv_kernel[:, values] *= scale
+            qkv_bias[values] *= scale
+            before.kernel.assign(qkv_kernel.astype("float32"))
+            before.bias.assign(qkv_bias.astype("float32"))
+    return alphas
+
+
+def kl_divergence(reference, probabilities):
+    return float(np.mean(np.sum(reference * (np.log(reference + 1e-12) - np.log(probabilities + 1e-12)), 1)))
+
+
+def sensitivity(model, images):
+    """`{path: KL divergence on `images` with that kernel alone rounded}`."""
+    reference = keras_probabilities(model, images)
+    result = {}
+    for layer in dense_layers(model):
+        kernel = np.asarray(layer.kernel)
+        layer.kernel.assign(round_to_nearest(kernel.astype(np.float64)).astype("float32"))
+        result[layer.path] = kl_divergence(reference, keras_probabilities(model, images))
+        layer.kernel.assign(kernel)
+    return result
+
+
+def quantise(model, inputs, recipe, kept=()):
+    for layer in dense_layers(model):
+        if layer.path in kept:
+            continue
+        kernel = np.asarray(layer.kernel, np.float64)
+        mean, hessian, _ = inputs[layer.path]
+        rounded = gptq(kernel, hessian) if recipe == "gptq" else round_to_nearest(kernel)
+        layer.kernel.assign(rounded.astype("float32"))
+        if recipe == "bias" and layer.use_bias:
+            layer.bias.assign(
+                (np.asarray(layer.bias, np.float64) - mean @ (rounded - kernel)).astype("float32")
+            )
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dataset", required=True, help="a folder of ImageNet class folders (wnids)")
+    parser.add_argument("--calibration", type=int, default=100)
+    parser.add_argument("--images", type=int, default=1000, help="scored photos (more than there are: all)")
+    parser.add_argument("--recipes", default="rtn,bias,gptq,awq,float_4,float_12")
+    arguments = parser.parse_args()
+
+    original = keras_vit.create_model(MODEL, pretrained=True)
+    calibration_paths, scored_paths = photos(arguments.dataset, arguments.calibration, arguments.images)
+    images, calibration = read(original, scored_paths), read(original, calibration_paths)
+    reference = keras_probabilities(original, images)
+    print(json.dumps({"images": len(images), "calibration": len(calibration)}), flush=True)
+    inputs = dense_inputs(original, calibration)
+    ranked = None
+    for recipe in arguments.recipes.split(","):
+        start = time.perf_counter()
+        model = original.__class__.from_config(original.get_config())
+        model.set_weights(original.get_weights())
+        row = {"recipe": recipe}
+        if recipe == "awq":
+            alphas = awq_scales(model, inputs)
+            row["float_kl_of_the_scaling"] = kl_divergence(reference, keras_probabilities(model, images))
+            row["kernels_scaled"] = sum(alpha > 0 for alpha in alphas.values())
+            quantise(model, dense_inputs(model, calibration), "rtn")
+        elif recipe.startswith("float_"):
+            if ranked is None:
+                scores = sensitivity(model, calibration)
+                ranked = sorted(scores, key=scores.get, reverse=True)
+                row["most_sensitive"] = {path: f"{scores[path]:.1e}" for path in ranked[:6]}
+            quantise(model, inputs, "rtn", kept=set(ranked[: int(recipe.split("_")[1])]))
+        else:
+            quantise(model, inputs, recipe)
+        probabilities = keras_probabilities(model, images)
+        flips = int((probabilities.argmax(1) != reference.argmax(1)).sum())
+        row.update(
+            agreement=1 - flips / len(images),
+            flips=flips,
+            kl=kl_divergence(reference, probabilities),
+            seconds=round(time.perf_counter() - start, 1),
+        )
+        print(json.dumps(row), flush=True)
+
+
+if __name__ == "__main__":
+    main()
