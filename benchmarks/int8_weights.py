@@ -196,7 +196,7 @@ def main():
         if recipe == "awq":
             alphas = awq_scales(model, inputs)
             row["float_kl_of_the_scaling"] = kl_divergence(reference, keras_probabilities(model, images))
-            row["kernels_scaled"] = sum(alpha > 0 for alpha in alphas.values())
+            row["kernels_scaled"] = int(sum(alpha > 0 for alpha in alphas.values()))
             quantise(model, dense_inputs(model, calibration), "rtn")
         elif recipe.startswith("float_"):
             if ranked is None:
