@@ -366,9 +366,10 @@ def _add_export_arguments(export):
         "--quantize",
         default=",".join(DEFAULT_QUANTIZATIONS),
         help=f"TFLite variants beside fp32: a comma list of {','.join(TFLITE_VARIANTS[1:])} (default "
-        f"%(default)s), all or none. The integer ones ({', '.join(INTEGER_VARIANTS)}) are opt-in: on "
-        f"this kind of CPU they are slower than fp32; each is verified against its targets "
-        f"(docs/tflite-integer.md)",
+        f"%(default)s), all or none. The integer ones ({', '.join(INTEGER_VARIANTS)}) are opt-in: "
+        f"int16x8 and int8_strict run LiteRT's 16-bit reference loops, slower than fp32, and int8 is "
+        f"faster only on CPUs with int8 dot products (AVX512-VNNI, AMX, Arm dotprod); each is verified "
+        f"against its targets (docs/tflite-integer.md)",
     )
     export.add_argument(
         "--int8-input",

@@ -37,8 +37,8 @@ EXPORT_FORMATS = ("saved_model", "tflite", "onnx")
 # recipes, `int8_strict` with no float op at all).
 TFLITE_VARIANTS = ("fp32", "fp16", "dynamic", "int8", "int16x8", "int8_strict")
 INTEGER_VARIANTS = ("int8", "int16x8", "int8_strict")
-# What an export writes beside fp32 unless told: the integer variants are opt-in, being slower
-# than fp32 on CPUs without VNNI.
+# What an export writes beside fp32 unless told: the integer variants are opt-in (16-bit ones run
+# LiteRT's reference loops; int8 is faster than fp32 only with int8 dot-product instructions).
 DEFAULT_QUANTIZATIONS = ("fp16", "dynamic")
 
 
