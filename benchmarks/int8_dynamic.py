@@ -63,6 +63,12 @@ def layer(name):
     return rf"/{name}(_\d+)?/"
 
 
+def op_name_pattern(path):
+    """A Keras layer path ("block_0/fc1") as a regex of the TFLite names of its ops, where the
+    converter suffixes each scope ("vit_1/block_0_1/fc1_1/Tensordot")."""
+    return "(^|/)" + "".join(rf"{part}(_\d+)?/" for part in path.split("/"))
+
+
 def projections(activations, pattern=".*", algorithm="min_max_uniform_quantize"):
     return Rule(pattern, "FULLY_CONNECTED", activations, algorithm)
 
@@ -94,6 +100,9 @@ def copy_of(model):
     return copy
 
 
+SENSITIVE = "the most sensitive kernels in float"
+SENSITIVE_KERNELS = 12
+
 # name: (the model the file is made from, its rules, whether the rules need calibration)
 RECIPES = {
     "shipped": ("original", (projections(DYNAMIC, ".*", ROTATED),), False),
@@ -119,6 +128,9 @@ RECIPES = {
         (projections(DYNAMIC, ".*", "GPTQ"), projections(None, "hadamard")),
         True,
     ),
+    # `rotated_had64` with the kernels whose int8 rounding alone moves the calibration photos'
+    # probabilities most kept in float (`int8_weights.sensitivity`; the rule is filled in `main`).
+    "rotated_had64_sensitive12": ("original had64", SENSITIVE, False),
     "weight_only": ("original", (projections(WEIGHT_ONLY),), False),
     "rms_weight_only": ("rms", (projections(WEIGHT_ONLY),), False),
 }
@@ -152,6 +164,15 @@ def main():
             file.write(fp32(load_classifier(model)))
     for name in arguments.recipes.split(","):
         source, rules, calibrated = RECIPES[name]
+        if rules == SENSITIVE:
+            import int8_weights
+
+            scores = int8_weights.sensitivity(model, read(model, calibration_paths))
+            kept = sorted(scores, key=scores.get, reverse=True)[:SENSITIVE_KERNELS]
+            rules = (
+                *RECIPES["rotated_had64"][1],
+                projections(None, "|".join(map(op_name_pattern, kept))),
+            )
         start = time.perf_counter()
         if source not in float_models:
             built = sources[source]()
