@@ -11,5 +11,5 @@ export KERAS_BACKEND=tensorflow TF_CPP_MIN_LOG_LEVEL=2
 # slowest files first (tests/conftest.py orders them). The training and export tests wait for
 # long stretches (subprocesses starting, single-threaded tracing), so a third worker fills the
 # gaps: 551 s with three against 676 s with two, on nearly the same tests (issue 27's note).
-# --durations: the slowest tests in every log, to keep the suite within its 10 minutes.
+# --durations: the slowest tests in every log, to keep the suite within its 15 minutes.
 exec .venv/bin/python -m pytest -n 3 --dist loadfile --no-loadscope-reorder --durations=12 "$@"
