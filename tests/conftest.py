@@ -49,36 +49,36 @@ import pytest  # noqa: E402
 from keras_vit.storage.export_folder import INTEGER_VARIANTS  # noqa: E402
 
 # The slowest files first (minutes each: subprocess training runs, exports, a browser, timm's
-# kinds), by their totals in a --durations=0 run of the whole suite on the 2-core EPYC
-# (2026-11-27, three workers; test_scale, test_distribute and test_swin_training before that
-# day's cuts). scripts/test.sh runs three pytest-xdist workers that take one file at a time, in
-# this order (--no-loadscope-reorder): a slow file left for last would run alone at the end. A
-# file missing here runs after all of them: add a new file that takes over a minute.
+# kinds), by their totals in a --junitxml run of the whole suite on the 2-core Zen 4 EPYC
+# (2026-11-27, three workers, 1,201 s). scripts/test.sh runs three pytest-xdist workers that
+# take one file at a time, in this order (--no-loadscope-reorder): a slow file left for last
+# would run alone at the end. A file missing here runs after all of them: add a new file that
+# takes over a minute.
 SLOWEST_FILES = (
-    "test_scale.py",  # 449 s
-    "test_reliability.py",  # 328 s
-    "test_distribute.py",  # 314 s
-    "test_real_checkpoint.py",  # 231 s
-    "test_quickstart.py",  # 216 s: one test, the quickstart end to end
-    "test_timm_kinds.py",  # 211 s
-    "test_export.py",  # 201 s
-    "test_jax_backend.py",  # 172 s (before its SIGKILL run took LoRA's)
-    "test_swin_training.py",  # 142 s
-    "test_train.py",  # 136 s
-    "test_models.py",  # 133 s
-    "test_eva.py",  # 129 s
-    "test_readme.py",  # 119 s
-    "test_lora.py",  # 110 s (then its JAX run moved to test_jax_backend.py)
-    "test_quantize.py",  # 92 s
-    "test_weights.py",  # 86 s
-    "test_mobile_app.py",  # 81 s
-    "test_benchmarks.py",  # 74 s
-    "test_app_backbones.py",  # 67 s
-    "test_readme_export.py",  # 64 s
-    "test_swin_export.py",  # 63 s
-    "test_eva_training.py",  # 58 s
+    "test_reliability.py",  # 358 s (its setup waits while another worker builds export_folder)
+    "test_scale.py",  # 344 s
+    "test_distribute.py",  # 231 s
+    "test_real_checkpoint.py",  # 211 s
+    "test_export.py",  # 195 s
+    "test_timm_kinds.py",  # 189 s
+    "test_jax_backend.py",  # 166 s
+    "test_quickstart.py",  # 163 s: one test, the quickstart end to end
+    "test_train.py",  # 147 s
+    "test_quantize.py",  # 130 s
+    "test_swin_training.py",  # 113 s
+    "test_readme.py",  # 110 s
+    "test_eva.py",  # 89 s
+    "test_mobile_app.py",  # 85 s
+    "test_benchmarks.py",  # 84 s
+    "test_weights.py",  # 81 s
+    "test_app_backbones.py",  # 74 s
+    "test_models.py",  # 64 s
+    "test_eva_training.py",  # 61 s
+    "test_readme_export.py",  # 61 s
     "test_pretrained.py",  # 54 s
-    "test_pipeline.py",  # 45 s
+    "test_pipeline.py",  # 52 s
+    "test_swin_export.py",  # 49 s
+    "test_rotate.py",  # 41 s
 )
 
 
