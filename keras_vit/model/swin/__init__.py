@@ -48,9 +48,10 @@ class SwinFamily(Family):
         "out projections": ((_BLOCK + r"(?!fc[12](_\d+)?/|attention(_\d+)?/qkv)", "FULLY_CONNECTED"),),
         "attention matmuls": TRANSFORMER_QUANTIZATION_GROUPS["attention matmuls"],
         "position bias add": ((r"/attention(_\d+)?/add_1(;|$)", "ADD"),),
-        # The cyclic shift (slices and concatenations) and back, and the shift mask's add.
+        # The cyclic shift (slices and concatenations) and back, and the shift mask's add. The
+        # converter names a slice `strided_slice_3` or `strided_slice1`.
         "shift and mask": (
-            (_BLOCK + r"(split|concat)(_\d+)?(;|$)", "*"),
+            (_BLOCK + r"(strided_slice|concat)(_?\d+)?(;|$)", "*"),
             (r"/attention(_\d+)?/add_2(;|$)", "ADD"),
         ),
         "softmax": TRANSFORMER_QUANTIZATION_GROUPS["softmax"],

@@ -33,19 +33,21 @@ def _dense(layer, units, name, use_bias=True, activation=None):
     )
 
 
-# The tensor ops that move windows are TFLite builtins: the cyclic shift is a split and a
+# The tensor ops that move windows are TFLite builtins: the cyclic shift is two slices and a
 # concatenation (there is no ROLL builtin), and no transpose has more than 5 dimensions (the
 # GPU delegate and LiteRT.js refuse 6-D ones).
 
 
 def _roll(x, shifts):
-    """`x` (batch, H, W, C) rolled by `shifts` (rows, columns) as `torch.roll`, by slices and a
-    concatenation per axis."""
+    """`x` (batch, H, W, C) rolled by `shifts` (rows, columns) as `torch.roll`, by two slices and
+    a concatenation per axis. Slices, not an uneven `ops.split`: that converts to SPLIT_V, which
+    XNNPACK does not take, so each shift cut the fp32 graph into another XNNPACK partition."""
     for axis, shift in ((1, shifts[0]), (2, shifts[1])):
         size = x.shape[axis]
         shift %= size
         if shift:
-            head, tail = ops.split(x, [size - shift], axis=axis)
+            head = x[:, : size - shift] if axis == 1 else x[:, :, : size - shift]
+            tail = x[:, size - shift :] if axis == 1 else x[:, :, size - shift :]
             x = ops.concatenate([tail, head], axis=axis)
     return x
 
