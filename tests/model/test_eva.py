@@ -127,6 +127,7 @@ def test_each_rotary_kind_exports_to_tflite_builtins_and_onnx_with_the_same_outp
 
     from keras_vit.export import onnx_model, tflite, tflite_graph
     from keras_vit.inference.classifier import load_classifier
+    from keras_vit.inference.runtimes import xnnpack_delegation
 
     model = keras_vit.Eva(
         image_size=32, patch_size=8, embed_dim=32, depth=1, num_heads=2, num_classes=5, **parts
@@ -142,6 +143,8 @@ def test_each_rotary_kind_exports_to_tflite_builtins_and_onnx_with_the_same_outp
     interpreter.invoke()
     outputs = interpreter.get_tensor(interpreter.get_output_details()[0]["index"])
     np.testing.assert_allclose(outputs, expected, atol=1e-5)
+    taken, outside, partitions = xnnpack_delegation(interpreter)  # XNNPACK takes every op
+    assert taken > 0 and (outside, partitions) == (0, 1)
     session = onnxruntime.InferenceSession(onnx_model.convert(load_classifier(model)))
     np.testing.assert_allclose(session.run(None, {"images": pixels})[0], expected, atol=1e-5)
     # The family's quantisation op groups and layer-decay layers find their ops by name.

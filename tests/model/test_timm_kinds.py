@@ -192,6 +192,8 @@ def test_each_part_exports_to_tflite_with_builtin_ops_only_and_the_same_outputs(
     pixels = _pixels(model.image_size[0], seed=2)[:1]
     expected = keras.ops.convert_to_numpy(keras.ops.softmax(model(pixels)))
     np.testing.assert_allclose(_tflite_outputs(flatbuffer, pixels), expected, atol=1e-5)
+    # XNNPACK takes every op (no uneven split, no strided or axis-dropping slice): one partition.
+    assert _xnnpack_delegation(flatbuffer)[1:] == (0, 1)
     # LiteRT's GPU delegate and LiteRT.js' WebGPU (docs/apps.md) take tensors of 5-D at most.
     attention = tflite.convert_with_attention(classifier)  # raises on a Flex or custom op
     for converted in (flatbuffer, attention):
@@ -217,6 +219,17 @@ def test_each_part_exports_to_tflite_with_builtin_ops_only_and_the_same_outputs(
         # Dynamic-range int8 on random weights moves probabilities by up to 1e-2 (the SwiGLU part
         # without a final norm: 1e-4 to 9.7e-3 over seeds 0-7); a broken recipe moves them by tenths.
         assert np.abs(_tflite_outputs(int8, pixels) - expected).max() < 2e-2
+
+
+def _xnnpack_delegation(flatbuffer):
+    """(ops XNNPACK took, ops left outside, partitions) of a converted model."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    from keras_vit.inference.runtimes import xnnpack_delegation
+
+    interpreter = Interpreter(model_content=flatbuffer)
+    interpreter.allocate_tensors()
+    return xnnpack_delegation(interpreter)
 
 
 def _tflite_outputs(flatbuffer, pixels, count=1):

@@ -700,8 +700,11 @@ class DifferentialAttentionCore(keras.layers.Layer):
         v = heads(v, self.num_heads, 2 * self.head_dim)
         scores = ops.cast(ops.matmul(q, ops.transpose(k, (0, 1, 3, 2))), "float32")
         weights = self.attention_dropout_layer(ops.softmax(scores, axis=-1), training=training)
-        # Heads 2h and 2h + 1 are head h's two maps (timm's view(B, H, 2, N, N)).
-        differential = weights[:, 0::2] - self._lambda() * weights[:, 1::2]
+        # Heads 2h and 2h + 1 are head h's two maps (timm's view(B, H, 2, N, N)): as (B, H, 2N, N),
+        # an even split gives them. Not `weights[:, 0::2]`: XNNPACK refuses strided slices.
+        pairs = ops.reshape(weights, (-1, self.num_heads, 2 * num_tokens, num_tokens))
+        first, second = ops.split(pairs, 2, axis=2)
+        differential = first - self._lambda() * second
         out = ops.matmul(ops.cast(differential, v.dtype), v)
         variance = ops.mean(ops.square(ops.cast(out, "float32")), axis=-1, keepdims=True)
         out = ops.cast(ops.cast(out, "float32") * ops.rsqrt(variance + 1e-5), v.dtype)
@@ -1254,7 +1257,10 @@ class ParallelScalingBlock(_ViTBlock):
     def _forward(self, x, training=None, return_attention_scores=False):
         projected = self.in_proj(self.in_norm(x))
         m, d = self.mlp_dim, self.hidden_dim
-        hidden, q, k, v = ops.split(projected, [m, m + d, m + 2 * d], axis=-1)
+        # Slices, not an uneven split: that converts to SPLIT_V, which XNNPACK refuses.
+        hidden, q, k, v = (
+            projected[:, :, a:b] for a, b in ((0, m), (m, m + d), (m + d, m + 2 * d), (m + 2 * d, None))
+        )
         if not self.qkv_bias:
             hidden = hidden + ops.cast(self.mlp_bias, hidden.dtype)
         attended, scores = self._attend(q, k, v, training, return_attention_scores)
