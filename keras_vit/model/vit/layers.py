@@ -701,7 +701,7 @@ class DifferentialAttentionCore(keras.layers.Layer):
         scores = ops.cast(ops.matmul(q, ops.transpose(k, (0, 1, 3, 2))), "float32")
         weights = self.attention_dropout_layer(ops.softmax(scores, axis=-1), training=training)
         # Heads 2h and 2h + 1 are head h's two maps (timm's view(B, H, 2, N, N)): as (B, H, 2N, N),
-        # an even split gives them. Not `weights[:, 0::2]`: XNNPACK refuses strided slices.
+        # an even split gives them. Not `weights[:, 0::2]`: XNNPACK refuses a slice with a step.
         pairs = ops.reshape(weights, (-1, self.num_heads, 2 * num_tokens, num_tokens))
         first, second = ops.split(pairs, 2, axis=2)
         differential = first - self._lambda() * second
