@@ -73,10 +73,14 @@ def projections(activations, pattern=".*", algorithm="min_max_uniform_quantize")
     return Rule(pattern, "FULLY_CONNECTED", activations, algorithm)
 
 
-def with_fc2_hadamard(model, group=64):
+def with_fc2_hadamard(model, group=64, seed=None):
     """`model` (changed in place) with each block's fc2 input multiplied by `I (x) H_group` in the
-    graph, under the name scope "hadamard", and fc2's kernel by its transpose: the same outputs."""
-    hadamard = rotate.hadamard(group).astype("float32")
+    graph, under the name scope "hadamard", and fc2's kernel by its transpose: the same outputs.
+    With `seed`, `H_group`'s rows take random signs: as exact, another rounding of the kernels."""
+    hadamard = rotate.hadamard(group)
+    if seed is not None:
+        hadamard = np.random.default_rng(seed).choice([-1.0, 1.0], group)[:, None] * hadamard
+    hadamard = hadamard.astype("float32")
     for block in model.blocks:
         fc2 = block.fc2
         rows = fc2.kernel.shape[0]
@@ -94,6 +98,27 @@ def with_fc2_hadamard(model, group=64):
     return model
 
 
+def with_value_rotation(model):
+    """`model` (changed in place) with each head's values multiplied by a Hadamard matrix of the
+    head's width (`qkv`'s value columns and bias on the right) and attention's output projection
+    by its transpose (`proj`'s rows): `proj`'s input arrives rotated, per head, at no cost in the
+    graph, and the same outputs (attention mixes tokens, never a head's channels)."""
+    for block in model.blocks:
+        attention = block.attention
+        width = attention.hidden_dim
+        rotation = np.kron(np.eye(attention.num_heads), rotate.hadamard(width // attention.num_heads))
+        kernel = np.asarray(attention.qkv.kernel, np.float64)
+        kernel[:, 2 * width :] = kernel[:, 2 * width :] @ rotation
+        attention.qkv.kernel.assign(kernel.astype("float32"))
+        if attention.qkv.use_bias:
+            bias = np.asarray(attention.qkv.bias, np.float64)
+            bias[2 * width :] = bias[2 * width :] @ rotation
+            attention.qkv.bias.assign(bias.astype("float32"))
+        proj = attention.proj
+        proj.kernel.assign((rotation.T @ np.asarray(proj.kernel, np.float64)).astype("float32"))
+    return model
+
+
 def copy_of(model):
     copy = ViT.from_config(model.get_config())
     copy.set_weights(model.get_weights())
@@ -103,19 +128,57 @@ def copy_of(model):
 SENSITIVE = "the most sensitive kernels in float"
 SENSITIVE_KERNELS = 12
 
+# The shipped `int8` and `dynamic`: every projection's input rotated online, but fc2's, rotated
+# in the graph by `with_fc2_hadamard`.
+ROTATED_HAD64 = (
+    projections(DYNAMIC, ".*", ROTATED),
+    projections(DYNAMIC, layer("fc2")),
+    projections(None, "hadamard"),
+)
 # name: (the model the file is made from, its rules, whether the rules need calibration)
 RECIPES = {
     "shipped": ("original", (projections(DYNAMIC, ".*", ROTATED),), False),
     "plain": ("original", (projections(DYNAMIC),), False),
     "rms": ("rms", (projections(DYNAMIC),), False),
     "rms_had64": ("rms had64", (projections(DYNAMIC), projections(None, "hadamard")), False),
-    "rotated_had64": (
+    "rotated_had64": ("original had64", ROTATED_HAD64, False),
+    # `rotated_had64` with the head in float: 192 x 1000 multiply-adds a photo (0.02% of the
+    # projections'), and its rounding alone the third dearest of the 49 kernels (ninth pass).
+    "rotated_had64_head_float": (
+        "original had64",
+        (*ROTATED_HAD64, projections(None, op_name_pattern("head"))),
+        False,
+    ),
+    # ... and block 0's MLP too (5.5% of the projections' multiply-adds; its fc2 and fc1 the two dearest).
+    "rotated_had64_head_mlp0_float": (
         "original had64",
         (
-            projections(DYNAMIC, ".*", ROTATED),
-            projections(DYNAMIC, layer("fc2")),
-            projections(None, "hadamard"),
+            *ROTATED_HAD64,
+            projections(None, "|".join(map(op_name_pattern, ("head", "block_0/fc1", "block_0/fc2")))),
         ),
+        False,
+    ),
+    # `rotated_had64` again with random signs on the Hadamard's rows: as exact, other roundings
+    # of fc2's kernels and inputs; how far the flips move between recipes equally good in float.
+    **{
+        f"rotated_had64_signs{seed}": (f"original had64 signs{seed}", ROTATED_HAD64, False)
+        for seed in range(1, 5)
+    },
+    # proj's input rotated per head offline (`with_value_rotation`) instead of online.
+    "rotated_had64_vrot": (
+        "original had64 vrot",
+        (*ROTATED_HAD64, projections(DYNAMIC, layer("proj"))),
+        False,
+    ),
+    "rotated_had64_vrot_head_float": (
+        "original had64 vrot",
+        (*ROTATED_HAD64, projections(DYNAMIC, layer("proj")), projections(None, op_name_pattern("head"))),
+        False,
+    ),
+    # No online rotation: the stream rotated offline, proj's input per head, fc2's in the graph.
+    "rms_had64_vrot_head_float": (
+        "rms had64 vrot",
+        (projections(DYNAMIC), projections(None, "hadamard"), projections(None, op_name_pattern("head"))),
         False,
     ),
     "rotated_fc2_float": (
@@ -156,6 +219,14 @@ def main():
         "rms": lambda: rotate.rotated_copy(model, norm="rms"),
         "original had64": lambda: with_fc2_hadamard(copy_of(model)),
         "rms had64": lambda: with_fc2_hadamard(rotate.rotated_copy(model, norm="rms")),
+        **{
+            f"original had64 signs{seed}": lambda seed=seed: with_fc2_hadamard(copy_of(model), seed=seed)
+            for seed in range(1, 5)
+        },
+        "original had64 vrot": lambda: with_value_rotation(with_fc2_hadamard(copy_of(model))),
+        "rms had64 vrot": lambda: with_value_rotation(
+            with_fc2_hadamard(rotate.rotated_copy(model, norm="rms"))
+        ),
     }
     float_models = {}
     if arguments.save:
@@ -170,7 +241,7 @@ def main():
             scores = int8_weights.sensitivity(model, read(model, calibration_paths))
             kept = sorted(scores, key=scores.get, reverse=True)[:SENSITIVE_KERNELS]
             rules = (
-                *RECIPES["rotated_had64"][1],
+                *ROTATED_HAD64,
                 projections(None, "|".join(map(op_name_pattern, kept))),
             )
         start = time.perf_counter()
