@@ -414,3 +414,51 @@ def test_the_awq_scaling_keeps_a_vits_float_answers():
     alphas = int8_weights.awq_scales(model, int8_weights.dense_inputs(model, images))
     assert len(alphas) == 3 * TINY_ARCHITECTURE["depth"] + 1 and any(a > 0 for a in alphas.values())
     np.testing.assert_allclose(keras.ops.convert_to_numpy(model(images)), before, atol=1e-4)
+
+
+def test_rotating_each_heads_values_and_the_output_projection_keeps_a_vits_float_answers():
+    """`benchmarks/int8_dynamic.py`'s per-head rotation of `proj`'s input, folded into V and
+    `proj`, and its fc2 Hadamard with random signs: the same answers in float, other kernels."""
+    import int8_dynamic
+    import keras
+    import numpy as np
+
+    import keras_vit
+
+    keras.utils.set_random_seed(0)
+    model = keras_vit.create_model("vit_tiny_patch16_224", image_size=32, num_classes=10, **TINY_ARCHITECTURE)
+    images = np.random.default_rng(0).uniform(-1, 1, (8, 32, 32, 3)).astype("float32")
+    before = keras.ops.convert_to_numpy(model(images))
+    copy = int8_dynamic.with_value_rotation(
+        int8_dynamic.with_fc2_hadamard(int8_dynamic.copy_of(model), 16, seed=1)
+    )
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(copy(images)), before, atol=1e-5)
+    for name in ("qkv", "proj"):
+        kernel, rotated = (np.asarray(getattr(m.blocks[0].attention, name).kernel) for m in (model, copy))
+        assert np.abs(kernel - rotated).max() > 1e-3, name
+
+
+def test_the_fine_tunes_forward_pass_is_the_int8_rounded_kernels_and_its_gradient_reaches_them():
+    """`benchmarks/int8_qat.py`: a Dense layer made `fake_quantised` answers as the same layer with
+    its kernel rounded to nearest (`int8_weights.round_to_nearest`), and the loss's gradient
+    passes the rounding to the float kernel."""
+    import int8_qat
+    import int8_weights
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    rng = np.random.default_rng(0)
+    layer = keras.layers.Dense(6)
+    inputs = rng.normal(size=(5, 12)).astype("float32")
+    layer.build((None, 12))
+    layer.bias.assign(rng.normal(size=6).astype("float32"))
+    rounded = int8_weights.round_to_nearest(np.asarray(layer.kernel, np.float64)).astype("float32")
+    expected = inputs @ rounded + np.asarray(layer.bias)
+    int8_qat.fake_quantised(layer)
+    with tf.GradientTape() as tape:
+        outputs = layer(inputs)
+        loss = tf.reduce_sum(outputs**2)
+    np.testing.assert_allclose(outputs.numpy(), expected, atol=1e-5)
+    gradient = tape.gradient(loss, layer.kernel.value)
+    np.testing.assert_allclose(gradient.numpy(), inputs.T @ (2 * expected), rtol=1e-4, atol=1e-4)
