@@ -16,8 +16,8 @@ dearest op. Scored against the original's fp32 Keras model on the photos calibra
     python benchmarks/tflite_latency.py /tmp/int8_dynamic/fp32.tflite /tmp/int8_dynamic/*.tflite \\
         --threads 2
 
-One JSON line per recipe (agreement, flips, accuracy); docs/benchmarks/int8.md (eighth pass)
-reports them.
+One JSON line per recipe (agreement, flips, accuracy); docs/benchmarks/int8.md (eighth, ninth and
+tenth passes) reports them.
 """
 
 import argparse
