@@ -11,6 +11,13 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # the desktop app's tests
 # took 12% less CPU and 10% less time so (tests are not timed: this changes no result).
 os.environ.setdefault("TF_NUM_INTRAOP_THREADS", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# XLA's LLVM backend at -O0, in the workers and every process they start (JAX, and TensorFlow's
+# jit_compile): the tests' models are tiny, so compiling is most of a JAX run's CPU, and the
+# model-parallel test took 34 s instead of 51 so. The HLO passes (fusion, scheduling, buffer
+# assignment, the memory figures) are the same; only the machine code is less optimised.
+os.environ["XLA_FLAGS"] = " ".join(
+    filter(None, (os.environ.get("XLA_FLAGS"), "--xla_backend_optimization_level=0"))
+)
 
 import atexit  # noqa: E402
 import contextlib  # noqa: E402
@@ -178,6 +185,11 @@ def tiny_config():
 @pytest.fixture
 def images():
     return np.random.default_rng(0).normal(size=(2, 32, 32, 3)).astype("float32")
+
+
+def with_xla_flags(*flags):
+    """The run's XLA_FLAGS (above) and `flags`, for a process that needs its own."""
+    return " ".join((os.environ["XLA_FLAGS"], *flags))
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -13,7 +13,7 @@ import sys
 import keras
 import numpy as np
 import pytest
-from conftest import HANG_SECONDS, NATIVE_LOG_LINE, TINY_MODEL
+from conftest import HANG_SECONDS, NATIVE_LOG_LINE, TINY_MODEL, with_xla_flags
 
 pytest.importorskip("jax")
 
@@ -166,7 +166,7 @@ def jax_checks(colors_dataset, colour_teacher_tflite, tmp_path_factory):
     ]
     result = subprocess.run(
         [sys.executable, "-c", DATA_PARALLEL + FUSED_ATTENTION_CHECK + REPORT, json.dumps(configs)],
-        env=_env("jax", XLA_FLAGS="--xla_force_host_platform_device_count=2"),
+        env=_env("jax", XLA_FLAGS=with_xla_flags("--xla_force_host_platform_device_count=2")),
         capture_output=True, text=True, timeout=HANG_SECONDS,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]

@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 import pytest
-from conftest import HANG_SECONDS, TINY_MODEL
+from conftest import HANG_SECONDS, TINY_MODEL, with_xla_flags
 
 pytest.importorskip("jax")
 
@@ -61,7 +61,7 @@ def _free_port():
         (
             "jax",
             "mirrored",
-            {"XLA_FLAGS": "--xla_force_host_platform_device_count=3"},
+            {"XLA_FLAGS": with_xla_flags("--xla_force_host_platform_device_count=3")},
             "--batch-size 8 does not split evenly over the 3 devices",
         ),
     ],
@@ -229,7 +229,7 @@ def test_model_parallel_shards_weights_and_moments_over_four_devices_and_remat_c
     swin = dict(embed_dim=16, depths=[1, 1], num_heads=[1, 2], window_size=4)
     result = subprocess.run(
         [sys.executable, "-c", ON_FOUR_DEVICES, json.dumps(settings), str(tmp_path), json.dumps(swin)],
-        env=_env(XLA_FLAGS="--xla_force_host_platform_device_count=4"),
+        env=_env(XLA_FLAGS=with_xla_flags("--xla_force_host_platform_device_count=4")),
         capture_output=True, text=True, timeout=HANG_SECONDS,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
@@ -329,7 +329,7 @@ def test_remat_lowers_xlas_memory_for_a_training_step_that_clips_its_gradients()
 
     result = subprocess.run(
         [sys.executable, "-c", STEP_MEMORY, benchmarks],
-        env=_env(XLA_FLAGS=memory.MEMORY_AWARE_SCHEDULER, JAX_PLATFORMS="cpu"),
+        env=_env(XLA_FLAGS=with_xla_flags(memory.MEMORY_AWARE_SCHEDULER), JAX_PLATFORMS="cpu"),
         capture_output=True, text=True, timeout=HANG_SECONDS,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
