@@ -46,8 +46,7 @@ def _converter(classifier, folder, outputs=None, input_dtype="float32"):
     """
     height, width = classifier.image_size
     spec = tf.TensorSpec([1, height, width, classifier.channels], input_dtype, name="images")
-    archive = keras.export.ExportArchive()
-    archive.track(classifier.model)
+    archive = keras.export.ExportArchive()  # untracked, as export/serving.py's: no lookup tables
     outputs = outputs or (
         lambda images: {"probabilities": classifier.probabilities(keras.ops.cast(images, "float32"))}
     )
