@@ -189,7 +189,7 @@ def write_saved_model(classifier, path):
     height, width = classifier.image_size
     # An ExportArchive restores under TF1-style loaders (TF Serving, saved_model_cli). It saves the
     # variables its endpoints read; `track` would only add a walk of every layer for lookup tables,
-    # which a ViT has none of (4.5 s a write for a 12-block ViT-Ti).
+    # which a ViT has none of (about 2.5 CPU-s a write for the 12-block ViT-Ti).
     archive = keras.export.ExportArchive()
     images_spec = tf.TensorSpec([None, height, width, classifier.channels], tf.float32, name="images")
     # One trace of the model for both signatures: the bytes signature calls the images one's
