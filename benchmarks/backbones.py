@@ -6,7 +6,9 @@
 
 Every model at 224 (DINOv2's default is 518, DINOv3's 256), random weights (speed does not
 depend on them). Writes docs/benchmarks/backbones.json and backbones.md, and prints the
-ratios as its last line. The goal is the ViT's: TFLite fp32 at most 0.85x ONNX Runtime.
+ratios, then the products-alone ratios, as its last lines. The goal is the ViT's: TFLite fp32 at
+most 0.85x ONNX Runtime. Beside it, in the same rounds, each model's matrix products alone
+(`matmul_floor.py`): the ratio no TFLite graph of the model can beat on this CPU.
 `run.py` (the full run) measures the same rows.
 """
 
@@ -17,8 +19,9 @@ import sys
 import time
 
 # PyTorch before TensorFlow (inference.py imports them in that order).
-from inference import THREADS, inference  # isort: skip
+from inference import IMAGE_SIZE, THREADS, timm_model, inference  # isort: skip
 import torch  # isort: skip
+import matmul_floor  # isort: skip
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 OUTPUT = os.path.join(HERE, os.pardir, "docs", "benchmarks")
@@ -28,13 +31,18 @@ BACKBONES = {
     "vit_base_patch16_siglip_224": "SigLIP-B/16",
     "vit_small_patch16_dinov3": "DINOv3-S/16",
 }
-RUNTIMES = ("tflite_fp32", "onnxruntime_timm", "torch_timm")
+RUNTIMES = ("tflite_fp32", "onnxruntime_timm", "torch_timm", "tflite_matmuls_only")
 GOAL = 0.85  # TFLite fp32's batch-1 latency over ONNX Runtime's, at most
 
 
 def measure(models, rounds):
-    """`{name: {runtime: {"batch1_ms": ...}}}`, sides alternating within each model."""
-    return {name: inference(name, RUNTIMES, rounds) for name in models}
+    """`{name: {runtime: {"batch1_ms": ...}}}`, sides alternating within each model; the
+    products-alone entry also carries the model's GFLOP (timm's model, batch 1)."""
+    results = {name: inference(name, RUNTIMES, rounds) for name in models}
+    for name, runtimes in results.items():
+        shapes = matmul_floor.matmul_shapes(timm_model(name), IMAGE_SIZE)
+        runtimes["tflite_matmuls_only"]["gflop"] = matmul_floor.flops(*shapes) / 1e9
+    return results
 
 
 def backbone_goals(results):
@@ -47,8 +55,32 @@ def backbone_goals(results):
     return rows
 
 
+def floor_ratios(results):
+    """`{label: ratio}`: the model's matrix products alone in TFLite (every other op free) over
+    ONNX Runtime's whole model, where the run measured them: no TFLite graph of the model runs
+    faster than its products on XNNPACK's fp32 kernels."""
+    return {
+        BACKBONES.get(name, name): runtimes["tflite_matmuls_only"]["batch1_ms"]
+        / runtimes["onnxruntime_timm"]["batch1_ms"]
+        for name, runtimes in results.items()
+        if "tflite_matmuls_only" in runtimes
+    }
+
+
+def _per_round(runtimes, runtime):
+    """`runtime`'s time over ONNX Runtime's, round by round (each pair timed back to back), in
+    the order measured: how far this CPU's speed moved the ratio within the run."""
+    ours, theirs = (
+        runtimes[runtime].get("batch1_ms_rounds"),
+        runtimes["onnxruntime_timm"].get("batch1_ms_rounds"),
+    )
+    if not ours or not theirs:
+        return ""
+    return ", ".join(f"{a / b:.2f}" for a, b in zip(ours, theirs, strict=True))
+
+
 def report(results, rounds, machine):
-    """The markdown page: one row per backbone, the goals below."""
+    """The markdown page: one row per backbone, the goals below, then what the goals need."""
     lines = [
         "# Backbones: batch-1 latency at 224",
         "",
@@ -56,19 +88,44 @@ def report(results, rounds, machine):
         f"{THREADS} threads, medians over {rounds} alternating rounds, random weights.",
         "",
         "| model | timm name | TFLite fp32 (ms) | ONNX Runtime, timm (ms) | PyTorch, timm (ms) "
-        "| TFLite / ORT |",
-        "|---|---|---|---|---|---|",
+        "| TFLite / ORT | TFLite / ORT, each round |",
+        "|---|---|---|---|---|---|---|",
     ]
     for name, runtimes in results.items():
-        ms = [runtimes[r]["batch1_ms"] for r in RUNTIMES]
+        ms = [runtimes[r]["batch1_ms"] for r in RUNTIMES[:3]]
         lines.append(
             f"| {BACKBONES.get(name, name)} | `{name}` | {ms[0]:.1f} | {ms[1]:.1f} | {ms[2]:.1f} | "
-            f"{ms[0] / ms[1]:.2f}x |"
+            f"{ms[0] / ms[1]:.2f}x | {_per_round(runtimes, 'tflite_fp32')} |"
         )
     lines += ["", "| goal | measured | met |", "|---|---|---|"]
     lines += [
         f"| {goal} | {value} | {'yes' if met else 'no'} |" for goal, value, met in backbone_goals(results)
     ]
+    floors = floor_ratios(results)
+    if floors:
+        lines += [
+            "",
+            "What the goal needs: each model's matrix products alone (timm's model's every `Linear`, "
+            "its patch embedding and its attention's two batched products, at their real shapes, "
+            "`benchmarks/matmul_floor.py`), as one LiteRT file in the same run: TFLite's time if "
+            "every other op were free.",
+            "",
+            "| model | GFLOP | TFLite, products alone (ms) | GFLOP/s | products alone / ORT | "
+            "each round | the goal is reachable |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for name, runtimes in results.items():
+            if "tflite_matmuls_only" not in runtimes:
+                continue
+            label = BACKBONES.get(name, name)
+            alone = runtimes["tflite_matmuls_only"]
+            gflop = alone.get("gflop")
+            rate, gflop = (f"{gflop / alone['batch1_ms'] * 1000:.0f}", f"{gflop:.2f}") if gflop else ("", "")
+            lines.append(
+                f"| {label} | {gflop} | {alone['batch1_ms']:.1f} | {rate} | "
+                f"{floors[label]:.2f}x | {_per_round(runtimes, 'tflite_matmuls_only')} | "
+                f"{'yes' if floors[label] <= GOAL else 'no'} |"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -102,6 +159,7 @@ def main(argv=None):
         for name, runtimes in results.items()
     }
     print(json.dumps({label: round(ratio, 3) for label, ratio in ratios.items()}))
+    print(json.dumps({f"{label}, products alone": round(r, 3) for label, r in floor_ratios(results).items()}))
     return 0
 
 

@@ -64,7 +64,7 @@ def _litert(flatbuffer):
 IMAGE_SIZE = 224  # every model at 224, whatever its default (DINOv2's 518, DINOv3's 256)
 
 
-def _timm_model(name):
+def timm_model(name):
     """timm's same architecture (any family), random weights, for inference."""
     return timm.create_model(name, pretrained=False, num_classes=1000, img_size=IMAGE_SIZE).eval()
 
@@ -100,7 +100,7 @@ def runtimes(name, folder, names, calibration_images):
     model = keras_vit.create_model(name, num_classes=1000, image_size=IMAGE_SIZE)
     classifier = load_classifier(model)
     xla_forward = tf.function(lambda x: model(x, training=False), jit_compile=True)
-    peer = _timm_model(name)
+    peer = timm_model(name)
     built = {}
     for runtime in names:
         if runtime == "keras_predict_on_batch":
@@ -111,6 +111,12 @@ def runtimes(name, folder, names, calibration_images):
             path = os.path.join(folder, "saved_model")
             write_saved_model(classifier, path)
             built[runtime] = (SavedModelRunner(path).predict, "nhwc")
+        elif runtime == "tflite_matmuls_only":  # the floor: every op but the products free
+            import matmul_floor
+
+            flatbuffer = matmul_floor.matmuls_only_flatbuffer(*matmul_floor.matmul_shapes(peer, IMAGE_SIZE))
+            run_products = matmul_floor.litert_runner(flatbuffer, THREADS)
+            built[runtime] = (lambda images, run=run_products: [run() for _ in images], "nhwc")
         elif runtime.startswith("tflite_"):
             variant = runtime.removeprefix("tflite_")
             calibration = None
@@ -157,6 +163,8 @@ def inference(name, runtime_names, rounds, batch_sizes=(1,)):
             for runtime, times in seconds.items():
                 if batch == 1:
                     results[runtime]["batch1_ms"] = 1000 * statistics.median(times)
+                    # Each round's own median: sides timed back to back, for ratios per round.
+                    results[runtime]["batch1_ms_rounds"] = [1000 * t for t in times]
                 else:
                     results[runtime][f"batch{batch}_images_per_second"] = batch / statistics.median(times)
     return results

@@ -96,9 +96,44 @@ def test_the_report_writes_its_files(monkeypatch, tmp_path):
     assert "| tflite_fp32 | 16.6 |  |" in table
 
 
-def _backbone(tflite_ms, ort_ms, torch_ms):
+def _backbone(tflite_ms, ort_ms, torch_ms, products_ms=None, gflop=None):
     milliseconds = {"tflite_fp32": tflite_ms, "onnxruntime_timm": ort_ms, "torch_timm": torch_ms}
-    return {runtime: {"batch1_ms": ms} for runtime, ms in milliseconds.items()}
+    measured = {runtime: {"batch1_ms": ms} for runtime, ms in milliseconds.items()}
+    if products_ms is not None:
+        measured["tflite_matmuls_only"] = {"batch1_ms": products_ms, "gflop": gflop}
+    return measured
+
+
+@pytest.mark.parametrize("pooling", ["token", "map"])
+def test_the_products_alone_are_timms_every_flop_and_the_file_holds_nothing_else(pooling):
+    """The floor's shapes, read from timm's model by hooks, add up to the FLOPs PyTorch's own
+    counter finds in that model (its attention unfused, so that the counter sees both products),
+    and the LiteRT file runs exactly those products: FULLY_CONNECTED and BATCH_MATMUL, one each."""
+    import matmul_floor
+    import timm
+    import torch
+    from ai_edge_litert.interpreter import Interpreter
+    from torch.utils.flop_counter import FlopCounterMode
+
+    peer = timm.create_model(
+        "vit_base_patch16_siglip_224" if pooling == "map" else "vit_small_patch16_224",
+        pretrained=False, img_size=32, patch_size=8, embed_dim=32, depth=2, num_heads=2, num_classes=5,
+    ).eval()  # fmt: skip
+    products, batched = matmul_floor.matmul_shapes(peer, 32)
+    for module in peer.modules():
+        if hasattr(module, "fused_attn"):
+            module.fused_attn = False
+    peer.requires_grad_(False)  # the counter's module tracker fails on the MAP pool under no_grad
+    with FlopCounterMode(display=False) as counter:
+        peer(torch.zeros(1, 3, 32, 32))
+    assert matmul_floor.flops(products, batched) == counter.get_total_flops()
+    # Two blocks' four projections and two attention products; the head; the MAP pool's own.
+    assert len(batched) == 2 * 2 + (2 if pooling == "map" else 0)
+    assert (16, 3 * 64, 32) in products  # the patch embedding: 16 patches of 3 x 8 x 8
+    interpreter = Interpreter(model_content=matmul_floor.matmuls_only_flatbuffer(products, batched))
+    ops = [op["op_name"] for op in interpreter._get_ops_details()]
+    assert sorted(ops) == sorted(["FULLY_CONNECTED"] * len(products) + ["BATCH_MATMUL"] * len(batched))
+    matmul_floor.litert_runner(matmul_floor.matmuls_only_flatbuffer(products, batched), threads=1)()
 
 
 def test_each_backbone_is_judged_against_onnx_runtime_in_the_goals_and_its_page():
@@ -106,15 +141,23 @@ def test_each_backbone_is_judged_against_onnx_runtime_in_the_goals_and_its_page(
 
     measured = {
         "vit_small_patch14_dinov2": _backbone(8, 10, 20),
-        "vit_small_patch16_dinov3": _backbone(9, 10, 20),
+        "vit_small_patch16_dinov3": _backbone(9, 10, 20, products_ms=8.8, gflop=1.76),
     }
     assert backbones.backbone_goals(measured) == [
         ("DINOv2-S/14: TFLite fp32 batch 1 <= 0.85x ONNX Runtime", "0.80x", True),
         ("DINOv3-S/16: TFLite fp32 batch 1 <= 0.85x ONNX Runtime", "0.90x", False),
     ]
     page = backbones.report(measured, rounds=1, machine="test")
-    assert "| DINOv2-S/14 | `vit_small_patch14_dinov2` | 8.0 | 10.0 | 20.0 | 0.80x |" in page
+    assert "| DINOv2-S/14 | `vit_small_patch14_dinov2` | 8.0 | 10.0 | 20.0 | 0.80x |  |" in page
     assert "| DINOv3-S/16: TFLite fp32 batch 1 <= 0.85x ONNX Runtime | 0.90x | no |" in page
+    # Its products alone, every other op free, already take 0.88x ONNX Runtime's whole model.
+    assert backbones.floor_ratios(measured) == {"DINOv3-S/16": pytest.approx(0.88)}
+    assert "| DINOv3-S/16 | 1.76 | 8.8 | 200 | 0.88x |  | no |" in page
+    # Round by round, where the run kept them: each pair of sides timed back to back.
+    measured["vit_small_patch16_dinov3"]["tflite_fp32"]["batch1_ms_rounds"] = [9, 8]
+    measured["vit_small_patch16_dinov3"]["onnxruntime_timm"]["batch1_ms_rounds"] = [10, 10]
+    page = backbones.report(measured, rounds=2, machine="test")
+    assert "| DINOv3-S/16 | `vit_small_patch16_dinov3` | 9.0 | 10.0 | 20.0 | 0.90x | 0.90, 0.80 |" in page
     # The full run's goals table carries the same rows.
     results = _results(130, 100, 90, 8, 10, 4, 6)
     results["inference"].update(measured)
