@@ -8,7 +8,7 @@ Every model at 224 (DINOv2's default is 518, DINOv3's 256), random weights (spee
 depend on them). Writes docs/benchmarks/backbones.json and backbones.md, and prints the
 ratios, then the products-alone ratios, as its last lines. The goal is the ViT's: TFLite fp32 at
 most 0.85x ONNX Runtime. Beside it, in the same rounds, each model's matrix products alone
-(`matmul_floor.py`): the ratio no TFLite graph of the model can beat on this CPU.
+(`matmul_floor.py`): the ratio no TFLite graph computing those products can beat on this CPU.
 `run.py` (the full run) measures the same rows.
 """
 
@@ -57,8 +57,8 @@ def backbone_goals(results):
 
 def floor_ratios(results):
     """`{label: ratio}`: the model's matrix products alone in TFLite (every other op free) over
-    ONNX Runtime's whole model, where the run measured them: no TFLite graph of the model runs
-    faster than its products on XNNPACK's fp32 kernels."""
+    ONNX Runtime's whole model, where the run measured them: no TFLite graph that computes
+    every one of them runs faster on XNNPACK's fp32 kernels."""
     return {
         BACKBONES.get(name, name): runtimes["tflite_matmuls_only"]["batch1_ms"]
         / runtimes["onnxruntime_timm"]["batch1_ms"]
