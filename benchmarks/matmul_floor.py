@@ -1,7 +1,7 @@
 """A model's matrix products alone, as one LiteRT file: the time TFLite would take if every other
 op (LayerNorm, softmax, GELU, adds, reshapes) were free. Its ratio to ONNX Runtime's whole-model
-time is the best ratio any TFLite graph of the model can reach on this CPU with XNNPACK's fp32
-kernels, which is what the backbones' goal is judged against.
+time is the best ratio any TFLite graph that computes every one of these products can reach on
+this CPU with XNNPACK's fp32 kernels: the floor the backbones' goal is measured against.
 
 The shapes come from timm's own model, run once with hooks: every `nn.Linear` and the patch
 embedding's convolution (as the matrix product it is: patches x (channels x patch area)) with the

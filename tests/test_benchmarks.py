@@ -130,10 +130,10 @@ def test_the_products_alone_are_timms_every_flop_and_the_file_holds_nothing_else
     # Two blocks' four projections and two attention products; the head; the MAP pool's own.
     assert len(batched) == 2 * 2 + (2 if pooling == "map" else 0)
     assert (16, 3 * 64, 32) in products  # the patch embedding: 16 patches of 3 x 8 x 8
-    interpreter = Interpreter(model_content=matmul_floor.matmuls_only_flatbuffer(products, batched))
-    ops = [op["op_name"] for op in interpreter._get_ops_details()]
+    flatbuffer = matmul_floor.matmuls_only_flatbuffer(products, batched)
+    ops = [op["op_name"] for op in Interpreter(model_content=flatbuffer)._get_ops_details()]
     assert sorted(ops) == sorted(["FULLY_CONNECTED"] * len(products) + ["BATCH_MATMUL"] * len(batched))
-    matmul_floor.litert_runner(matmul_floor.matmuls_only_flatbuffer(products, batched), threads=1)()
+    matmul_floor.litert_runner(flatbuffer, threads=1)()
 
 
 def test_each_backbone_is_judged_against_onnx_runtime_in_the_goals_and_its_page():
