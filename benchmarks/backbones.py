@@ -19,9 +19,8 @@ import sys
 import time
 
 # PyTorch before TensorFlow (inference.py imports them in that order).
-from inference import IMAGE_SIZE, THREADS, timm_model, inference  # isort: skip
+from inference import THREADS, inference  # isort: skip
 import torch  # isort: skip
-import matmul_floor  # isort: skip
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 OUTPUT = os.path.join(HERE, os.pardir, "docs", "benchmarks")
@@ -38,12 +37,8 @@ GOAL = 0.85  # TFLite fp32's batch-1 latency over ONNX Runtime's, at most
 
 def measure(models, rounds):
     """`{name: {runtime: {"batch1_ms": ...}}}`, sides alternating within each model; the
-    products-alone entry also carries the model's GFLOP (timm's model, batch 1)."""
-    results = {name: inference(name, RUNTIMES, rounds) for name in models}
-    for name, runtimes in results.items():
-        shapes = matmul_floor.matmul_shapes(timm_model(name), IMAGE_SIZE)
-        runtimes["tflite_matmuls_only"]["gflop"] = matmul_floor.flops(*shapes) / 1e9
-    return results
+    products-alone entry also carries their GFLOP (batch 1: the products the export computes)."""
+    return {name: inference(name, RUNTIMES, rounds) for name in models}
 
 
 def backbone_goals(results):

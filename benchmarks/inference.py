@@ -114,9 +114,17 @@ def runtimes(name, folder, names, calibration_images):
         elif runtime == "tflite_matmuls_only":  # the floor: every op but the products free
             import matmul_floor
 
-            flatbuffer = matmul_floor.matmuls_only_flatbuffer(*matmul_floor.matmul_shapes(peer, IMAGE_SIZE))
-            run_products = matmul_floor.litert_runner(flatbuffer, THREADS)
-            built[runtime] = (lambda images, run=run_products: [run() for _ in images], "nhwc")
+            # The products the export computes: its last block's on the tokens the head reads.
+            shapes = matmul_floor.matmul_shapes(
+                peer, IMAGE_SIZE, reads=getattr(classifier.forward, "reads", None)
+            )
+            run_products = matmul_floor.litert_runner(matmul_floor.matmuls_only_flatbuffer(*shapes), THREADS)
+
+            def run_floor(images, run=run_products):
+                return [run() for _ in images]
+
+            run_floor.gflop = matmul_floor.flops(*shapes) / 1e9
+            built[runtime] = (run_floor, "nhwc")
         elif runtime.startswith("tflite_"):
             variant = runtime.removeprefix("tflite_")
             calibration = None
@@ -161,6 +169,8 @@ def inference(name, runtime_names, rounds, batch_sizes=(1,)):
                 for runtime, call in calls.items():
                     seconds[runtime].append(median_seconds(call, repeats=repeats, warmup=0))
             for runtime, times in seconds.items():
+                if hasattr(built[runtime][0], "gflop"):  # the products alone: their FLOPs
+                    results[runtime]["gflop"] = built[runtime][0].gflop
                 if batch == 1:
                     results[runtime]["batch1_ms"] = 1000 * statistics.median(times)
                     # Each round's own median: sides timed back to back, for ratios per round.

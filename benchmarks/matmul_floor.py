@@ -6,7 +6,9 @@ this CPU with XNNPACK's fp32 kernels: the floor the backbones' goal is measured 
 The shapes come from timm's own model, run once with hooks: every `nn.Linear` and the patch
 embedding's convolution (as the matrix product it is: patches x (channels x patch area)) with the
 rows it really sees, and each attention's two batched products (queries x keys, weights x
-values), the attention pool's single query included.
+values), the attention pool's single query included. Where keras-vit's export computes the last
+block for the tokens its head reads alone (`keras_vit.model.vit.classify`), so does the floor:
+that block's products but its QKV projection on those rows only.
 """
 
 import numpy as np
@@ -14,13 +16,18 @@ import tensorflow as tf
 import torch
 
 
-def matmul_shapes(peer, image_size):
+def matmul_shapes(peer, image_size, reads=None):
     """`(products, batched)`: `[(rows, depth, columns)]` of every dense product and
-    `[(heads, rows, depth, columns)]` of every batched one, in timm's `peer` at batch 1."""
+    `[(heads, rows, depth, columns)]` of every batched one, in timm's `peer` at batch 1.
+    `reads`: the tokens the export's last block computes (`classifier_forward`), None for all."""
     products, batched, hooks = [], [], []
+    last_block = set(peer.blocks[-1].modules()) if reads is not None else set()
+    last_qkv = getattr(getattr(peer.blocks[-1], "attn", None), "qkv", None)
 
     def dense(module, inputs, output):
         rows = int(np.prod(inputs[0].shape[:-1]))
+        if module in last_block and module is not last_qkv:
+            rows = reads  # keys and values still come from every token
         products.append((rows, module.in_features, module.out_features))
 
     def patches(module, inputs, output):
@@ -31,6 +38,8 @@ def matmul_shapes(peer, image_size):
         keys = inputs[0].shape[1]
         queries = getattr(module, "latent_len", None) or keys  # the attention pool: its latent queries
         heads, width = module.num_heads, module.head_dim
+        if module in last_block:
+            queries = reads
         batched.append((heads, queries, width, keys))  # scores: q k^T
         batched.append((heads, queries, keys, width))  # output: weights v
 

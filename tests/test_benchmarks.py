@@ -134,6 +134,14 @@ def test_the_products_alone_are_timms_every_flop_and_the_file_holds_nothing_else
     ops = [op["op_name"] for op in Interpreter(model_content=flatbuffer)._get_ops_details()]
     assert sorted(ops) == sorted(["FULLY_CONNECTED"] * len(products) + ["BATCH_MATMUL"] * len(batched))
     matmul_floor.litert_runner(flatbuffer, threads=1)()
+    if pooling == "token":
+        # The export's last block computes the [cls] token alone (vit.classify): so does the
+        # floor, its QKV projection on every token (keys and values), the rest on one row.
+        skipping, skipping_batched = matmul_floor.matmul_shapes(peer, 32, reads=1)
+        tokens = 16 + 1
+        last = [(tokens, 32, 96), (1, 32, 32), (1, 32, 128), (1, 128, 32)]  # qkv, proj, fc1, fc2
+        assert skipping == [*products[: -len(last) - 1], *last, products[-1]]  # the head: last
+        assert skipping_batched == [*batched[:2], (2, 1, 16, tokens), (2, 1, tokens, 16)]
 
 
 def test_each_backbone_is_judged_against_onnx_runtime_in_the_goals_and_its_page():

@@ -7,11 +7,13 @@ here and nowhere else, so SavedModel, TFLite and ONNX take the same input: RGB p
 """
 
 import dataclasses
+import functools
 import os
 import re
 
 import keras
 
+from keras_vit.model import registry
 from keras_vit.model.transform import DEFAULT, Transform
 from keras_vit.storage.saving import load_trained_model
 
@@ -46,9 +48,16 @@ class Classifier:
     def num_classes(self):
         return len(self.class_names)
 
+    @functools.cached_property
+    def forward(self):
+        """`model` at inference as the exports run it: its family's `classifier_forward`, which
+        may skip work the outputs do not read (a ViT's last block on tokens its head ignores)."""
+        family = registry.family_of(self.model, default=None)
+        return self.model if family is None else family.classifier_forward(self.model)
+
     def probabilities(self, images):
         """Class probabilities, float32, for a batch of pixels in [0, 255]."""
-        outputs = self.model(images, training=False)
+        outputs = self.forward(images, training=False)
         outputs = keras.ops.cast(outputs, "float32")
         return outputs if self.outputs_probabilities else keras.ops.softmax(outputs, axis=-1)
 

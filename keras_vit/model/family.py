@@ -189,6 +189,11 @@ class Family:
         attention-rollout map `(n, rows, cols)`, for a family that has one."""
         raise ValueError(f"A {self.name} model has no global attention map to roll out.")
 
+    def classifier_forward(self, model):
+        """What the exports run: a callable from images to `model`'s outputs at inference, which may
+        skip work the outputs do not read (`vit.classify`); `model` itself by default."""
+        return model
+
     def distilled_heads(self, model):
         """A Keras model from `model`'s images to each head's logits `{"head", "head_dist"}`,
         sharing its layers, for a family with a distillation token."""

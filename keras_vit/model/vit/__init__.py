@@ -157,6 +157,11 @@ class ViTFamily(Family):
 
         return AttentionRollout(model)
 
+    def classifier_forward(self, model):
+        from keras_vit.model.vit.classify import classifier_forward
+
+        return classifier_forward(model)
+
     def distilled_heads(self, model):
         from keras_vit.model.vit.model import distilled_heads
 

@@ -324,13 +324,15 @@ class PatchEncoder(keras.layers.Layer):
         return config
 
 
-def _output_spec(layer, x, return_attention_scores):
-    """Symbolic outputs of attention layers: tokens, plus `(batch, heads, tokens, tokens)` scores."""
-    out = keras.KerasTensor(x.shape, dtype=layer.compute_dtype)
+def _output_spec(layer, x, return_attention_scores, queries=None):
+    """Symbolic outputs of attention layers and blocks: tokens (the first `queries` when given),
+    plus `(batch, heads, queries, tokens)` scores."""
+    rows = x.shape[1] if queries is None else queries
+    out = keras.KerasTensor((x.shape[0], rows, *x.shape[2:]), dtype=layer.compute_dtype)
     if not return_attention_scores:
         return out
-    tokens = x.shape[1]
-    return out, keras.KerasTensor((x.shape[0], layer.num_heads, tokens, tokens), dtype=layer.compute_dtype)
+    scores = (x.shape[0], layer.num_heads, rows, x.shape[1])
+    return out, keras.KerasTensor(scores, dtype=layer.compute_dtype)
 
 
 def fused_attention_applies(attention_dropout, training, return_attention_scores):
@@ -346,12 +348,16 @@ def fused_attention_applies(attention_dropout, training, return_attention_scores
 def fused_attention(q, k, v, num_heads, scale, bias=None):
     """softmax(q k^T * scale + bias) v over `(batch, tokens, width)` projections, heads split from
     the width as timm splits them; returns `(batch, tokens, width)`."""
-    batch_tokens_heads = (-1, q.shape[1] if q.shape[1] is not None else ops.shape(q)[1], num_heads)
-    heads = [ops.reshape(t, batch_tokens_heads + (t.shape[-1] // num_heads,)) for t in (q, k, v)]
+    heads = [ops.reshape(t, (-1, _tokens(t), num_heads, t.shape[-1] // num_heads)) for t in (q, k, v)]
     if bias is not None:
         bias = ops.cast(bias, q.dtype)
     out = ops.dot_product_attention(*heads, bias=bias, scale=scale, flash_attention=False)
     return ops.reshape(out, ops.shape(q))
+
+
+def _tokens(x):
+    """The token count of `(batch, tokens, ...)`: static where known."""
+    return x.shape[1] if x.shape[1] is not None else ops.shape(x)[1]
 
 
 # The attention's kind (`ViT(attention=...)`, timm's `attn_layer`).
@@ -574,17 +580,23 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         x = ops.reshape(x, (-1, num_tokens, self.num_heads, self.head_dim))
         return ops.transpose(x, (0, 2, 1, 3))
 
-    def call(self, x, training=None, return_attention_scores=False, position_bias=None):
+    def call(self, x, training=None, return_attention_scores=False, position_bias=None, queries=None):
         """`position_bias`: a `(1, heads, tokens, tokens)` bias computed elsewhere (timm's shared
-        relative position bias), for an attention without its own."""
-        num_tokens = x.shape[1] if x.shape[1] is not None else ops.shape(x)[1]
+        relative position bias), for an attention without its own. `queries`: only the first
+        `queries` tokens attend (to every token), and the output has that many: what a head
+        that reads the [cls] token needs from the last block."""
+        num_tokens = _tokens(x)
         q, k, v = ops.split(self.qkv(x), 3, axis=-1)
         if self.rel_pos is not None:
             position_bias = self.rel_pos(x, training=training)
+        if queries is not None:
+            q = q[:, :queries]  # [:, :n], not [:, 0]: XNNPACK refuses a shrinking STRIDED_SLICE
+            position_bias = None if position_bias is None else position_bias[:, :, :queries]
         if fused_attention_applies(self.attention_dropout, training, return_attention_scores):
             out = fused_attention(q, k, v, self.num_heads, self.scale, bias=position_bias)
             return self.dropout_layer(self.proj(self._scale_norm(out)), training=training)
-        q = self._split_heads(q, num_tokens) * ops.cast(self.scale, x.dtype)
+        num_queries = num_tokens if queries is None else queries
+        q = self._split_heads(q, num_queries) * ops.cast(self.scale, x.dtype)
         k = self._split_heads(k, num_tokens)
         v = self._split_heads(v, num_tokens)
         scores = ops.cast(ops.matmul(q, ops.transpose(k, (0, 1, 3, 2))), "float32")
@@ -593,7 +605,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         # Softmax in float32: float16 logits overflow on long sequences.
         weights = ops.cast(ops.softmax(scores, axis=-1), x.dtype)
         out = ops.matmul(self.attention_dropout_layer(weights, training=training), v)
-        out = ops.reshape(ops.transpose(out, (0, 2, 1, 3)), (-1, num_tokens, self.hidden_dim))
+        out = ops.reshape(ops.transpose(out, (0, 2, 1, 3)), (-1, num_queries, self.hidden_dim))
         out = self.dropout_layer(self.proj(self._scale_norm(out)), training=training)
         if return_attention_scores:
             return out, weights
@@ -605,8 +617,10 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     def compute_output_shape(self, input_shape):
         return input_shape
 
-    def compute_output_spec(self, x, training=None, return_attention_scores=False, position_bias=None):
-        return _output_spec(self, x, return_attention_scores)
+    def compute_output_spec(
+        self, x, training=None, return_attention_scores=False, position_bias=None, queries=None
+    ):
+        return _output_spec(self, x, return_attention_scores, queries)
 
     def get_config(self):
         config = super().get_config()
@@ -1102,21 +1116,36 @@ class TransformerBlock(_ViTBlock):
             return branch
         return branch * ops.cast(getattr(self, which), branch.dtype)
 
-    def call(self, x, training=None, return_attention_scores=False, position_bias=None):
-        """`position_bias`: a shared relative position bias (`RelativePositionBias`' output)."""
+    def call(self, x, training=None, return_attention_scores=False, position_bias=None, queries=None):
+        """`position_bias`: a shared relative position bias (`RelativePositionBias`' output).
+        `queries`: only the first `queries` tokens go through the block, attending to every
+        token, and only they come out (`vit.classify`: the last block of a model whose head
+        reads the [cls] token). Standard attention only."""
+        arguments = dict(position_bias=position_bias)
+        if queries is not None:
+            if not isinstance(self.attention, MultiHeadSelfAttention):
+                raise ValueError(f"{self.name}: only standard attention computes some tokens' queries alone.")
+            arguments["queries"] = queries
         if return_attention_scores:  # inference only: nothing to recompute
-            return self._forward(x, training, return_attention_scores=True, position_bias=position_bias)
-        return self.forward_of(self._forward, x, training=training, position_bias=position_bias)
+            return self._forward(x, training, return_attention_scores=True, **arguments)
+        return self.forward_of(self._forward, x, training=training, **arguments)
 
-    def _attend(self, x, training, return_attention_scores, position_bias):
+    def _attend(self, x, training, return_attention_scores, position_bias, **queries):
         """The attention's output, and its weights when asked for (else None)."""
         attended = self.attention(
-            x, training=training, return_attention_scores=return_attention_scores, position_bias=position_bias
+            x,
+            training=training,
+            return_attention_scores=return_attention_scores,
+            position_bias=position_bias,
+            **queries,
         )
         return attended if return_attention_scores else (attended, None)
 
-    def _forward(self, x, training=None, return_attention_scores=False, position_bias=None):
-        attended, scores = self._attend(self.norm1(x), training, return_attention_scores, position_bias)
+    def _forward(self, x, training=None, return_attention_scores=False, position_bias=None, **queries):
+        normed = self.norm1(x)
+        attended, scores = self._attend(normed, training, return_attention_scores, position_bias, **queries)
+        if queries:  # the residual stream of the tokens that attended
+            x = x[:, : queries["queries"]]
         x = x + self.drop_path1(self._layer_scaled(attended, "ls1"), training=training)
         y = self._mlp(self.norm2(x), training=training)
         x = x + self.drop_path2(self._layer_scaled(y, "ls2"), training=training)
@@ -1127,8 +1156,10 @@ class TransformerBlock(_ViTBlock):
     def compute_output_shape(self, input_shape):
         return input_shape
 
-    def compute_output_spec(self, x, training=None, return_attention_scores=False, position_bias=None):
-        return _output_spec(self, x, return_attention_scores)
+    def compute_output_spec(
+        self, x, training=None, return_attention_scores=False, position_bias=None, queries=None
+    ):
+        return _output_spec(self, x, return_attention_scores, queries)
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -1147,8 +1178,10 @@ class ResPostBlock(TransformerBlock):
     def _norm_scale_initializer(self):
         return "ones" if self.layer_scale is None else keras.initializers.Constant(self.layer_scale)
 
-    def _forward(self, x, training=None, return_attention_scores=False, position_bias=None):
-        attended, scores = self._attend(x, training, return_attention_scores, position_bias)
+    def _forward(self, x, training=None, return_attention_scores=False, position_bias=None, **queries):
+        attended, scores = self._attend(x, training, return_attention_scores, position_bias, **queries)
+        if queries:
+            x = x[:, : queries["queries"]]
         x = x + self.drop_path1(self.norm1(attended), training=training)
         x = x + self.drop_path2(self.norm2(self._mlp(x, training=training)), training=training)
         if return_attention_scores:
