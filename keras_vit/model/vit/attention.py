@@ -41,18 +41,30 @@ def _through_the_blocks(model, images):
     blocks = [layer for layer in model.layers if isinstance(layer, BLOCK_CLASSES)]
     if not blocks:
         raise ValueError(f"{model.name} has no TransformerBlock layers, so it has no attention to show.")
-    x = images
     scores = []
-    shared = None  # a relative position bias all blocks share, computed before the first
-    for layer in model.layers[1 : model.layers.index(blocks[-1]) + 1]:  # after the InputLayer
+
+    def block_call(block, x, position_bias):
+        x, block_scores = block(x, training=False, return_attention_scores=True, position_bias=position_bias)
+        scores.append(block_scores)
+        return x
+
+    return through_the_chain(model, images, blocks[-1], block_call), scores
+
+
+def through_the_chain(model, images, last, block_call):
+    """Calls `model`'s layers in order (a ViT is a chain up to its last block) on `images`, up to
+    and including `last`, at inference; each block as `block_call(block, x, position_bias)`, with
+    the relative position bias all blocks share, when the model computes one before the first."""
+    x = images
+    shared = None
+    for layer in model.layers[1 : model.layers.index(last) + 1]:  # after the InputLayer
         if isinstance(layer, BLOCK_CLASSES):
-            x, block_scores = layer(x, training=False, return_attention_scores=True, position_bias=shared)
-            scores.append(block_scores)
+            x = block_call(layer, x, shared)
         elif isinstance(layer, RelativePositionBias):
             shared = layer(x, training=False)
         else:
             x = layer(x, training=False)
-    return x, scores
+    return x
 
 
 def head_model(model):

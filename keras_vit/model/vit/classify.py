@@ -14,14 +14,8 @@ runs whole. The Keras model is unchanged: training, features and attention maps 
 
 import keras
 
-from keras_vit.model.vit.attention import head_model
-from keras_vit.model.vit.layers import (
-    BLOCK_CLASSES,
-    MultiHeadSelfAttention,
-    RelativePositionBias,
-    ResPostBlock,
-    TransformerBlock,
-)
+from keras_vit.model.vit.attention import head_model, through_the_chain
+from keras_vit.model.vit.layers import BLOCK_CLASSES, MultiHeadSelfAttention, ResPostBlock, TransformerBlock
 
 
 def classifier_forward(model):
@@ -57,7 +51,6 @@ class _ReadTokensForward:
         self.model = model
         self.reads = reads  # the leading tokens the last block computes
         self.last_block = _last_block(model)
-        self.before = model.layers[1 : model.layers.index(self.last_block)]  # after the InputLayer
         # The layers after the last block (pooling, norm, the head or DeiT's two), called again
         # (same weights) on the tokens it reads.
         head = head_model(model)
@@ -65,17 +58,15 @@ class _ReadTokensForward:
         self.head = keras.models.clone_model(head, input_tensors=tokens, clone_function=lambda layer: layer)
 
     def __call__(self, images, training=False):
+        if training:
+            raise ValueError("A classifier's forward is for inference; train the Keras model itself.")
+
+        def block_call(block, x, position_bias):
+            queries = self.reads if block is self.last_block else None
+            return block(x, training=False, position_bias=position_bias, queries=queries)
+
         # Under the model's name, as its own call: the quantisation recipes find ops by
         # "<model>/<layer>/..." (export.quantize).
         with keras.name_scope(self.model.name):
-            x = images
-            shared = None  # a relative position bias all blocks share, computed before the first
-            for layer in self.before:
-                if isinstance(layer, RelativePositionBias):
-                    shared = layer(x, training=False)
-                elif isinstance(layer, BLOCK_CLASSES):
-                    x = layer(x, training=False, position_bias=shared)
-                else:
-                    x = layer(x, training=False)
-            x = self.last_block(x, training=False, position_bias=shared, queries=self.reads)
-            return self.head(x, training=False)
+            tokens = through_the_chain(self.model, images, self.last_block, block_call)
+            return self.head(tokens, training=False)
