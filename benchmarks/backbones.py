@@ -103,6 +103,7 @@ def report(results, rounds, machine):
             "",
             "What the goal needs: each model's matrix products alone (timm's model's every `Linear`, "
             "its patch embedding and its attention's two batched products, at their real shapes, "
+            "the last block's on the [cls] token alone where the export's are, "
             "`benchmarks/matmul_floor.py`), as one LiteRT file in the same run: TFLite's time if "
             "every other op were free.",
             "",
