@@ -1130,22 +1130,19 @@ class TransformerBlock(_ViTBlock):
             return self._forward(x, training, return_attention_scores=True, **arguments)
         return self.forward_of(self._forward, x, training=training, **arguments)
 
-    def _attend(self, x, training, return_attention_scores, position_bias, **queries):
+    def _attend(self, x, training, return_attention_scores, position_bias, queries=None):
         """The attention's output, and its weights when asked for (else None)."""
-        attended = self.attention(
-            x,
-            training=training,
-            return_attention_scores=return_attention_scores,
-            position_bias=position_bias,
-            **queries,
-        )
+        arguments = dict(training=training, return_attention_scores=return_attention_scores)
+        if queries is not None:  # standard attention only (`call` checks)
+            arguments["queries"] = queries
+        attended = self.attention(x, position_bias=position_bias, **arguments)
         return attended if return_attention_scores else (attended, None)
 
-    def _forward(self, x, training=None, return_attention_scores=False, position_bias=None, **queries):
+    def _forward(self, x, training=None, return_attention_scores=False, position_bias=None, queries=None):
         normed = self.norm1(x)
-        attended, scores = self._attend(normed, training, return_attention_scores, position_bias, **queries)
-        if queries:  # the residual stream of the tokens that attended
-            x = x[:, : queries["queries"]]
+        attended, scores = self._attend(normed, training, return_attention_scores, position_bias, queries)
+        if queries is not None:  # the residual stream of the tokens that attended
+            x = x[:, :queries]
         x = x + self.drop_path1(self._layer_scaled(attended, "ls1"), training=training)
         y = self._mlp(self.norm2(x), training=training)
         x = x + self.drop_path2(self._layer_scaled(y, "ls2"), training=training)
@@ -1178,10 +1175,10 @@ class ResPostBlock(TransformerBlock):
     def _norm_scale_initializer(self):
         return "ones" if self.layer_scale is None else keras.initializers.Constant(self.layer_scale)
 
-    def _forward(self, x, training=None, return_attention_scores=False, position_bias=None, **queries):
-        attended, scores = self._attend(x, training, return_attention_scores, position_bias, **queries)
-        if queries:
-            x = x[:, : queries["queries"]]
+    def _forward(self, x, training=None, return_attention_scores=False, position_bias=None, queries=None):
+        attended, scores = self._attend(x, training, return_attention_scores, position_bias, queries)
+        if queries is not None:
+            x = x[:, :queries]
         x = x + self.drop_path1(self.norm1(attended), training=training)
         x = x + self.drop_path2(self.norm2(self._mlp(x, training=training)), training=training)
         if return_attention_scores:
