@@ -21,8 +21,9 @@ def matmul_shapes(peer, image_size, reads=None):
     `[(heads, rows, depth, columns)]` of every batched one, in timm's `peer` at batch 1.
     `reads`: the tokens the export's last block computes (`classifier_forward`), None for all."""
     products, batched, hooks = [], [], []
+    # The export's last block on `reads` tokens (a timm ViT's: one fused QKV projection).
     last_block = set(peer.blocks[-1].modules()) if reads is not None else set()
-    last_qkv = getattr(getattr(peer.blocks[-1], "attn", None), "qkv", None)
+    last_qkv = peer.blocks[-1].attn.qkv if reads is not None else None
 
     def dense(module, inputs, output):
         rows = int(np.prod(inputs[0].shape[:-1]))
