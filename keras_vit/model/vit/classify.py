@@ -2,11 +2,12 @@
 
 A head that pools the [cls] token (and DeiT's distillation token after it) reads those tokens
 alone from the last block, and everything in a block but attention works token by token. So the
-last block computes only their queries, attention rows, projections and MLPs; keys and values
-still come from every token. The answers are the model's own to float rounding, for about one
-block's work less: 7% of a 12-block ViT's multiply-adds at 224 (DINOv2-S/14: 12.25 -> 11.4
-GFLOP). A model pooled by average or by a MAP probe reads every token of the last block, and
-runs whole. The Keras model is unchanged: training, features and attention maps see every token.
+last block computes their attention rows, output projection and MLP alone; its QKV projection
+still runs on every token (the keys and values). The answers are the model's own to float
+rounding, for most of one block's work less: 6% of a 12-block ViT's multiply-adds at 224
+(DINOv2-S/14: 12.25 -> 11.47 GFLOP). A model pooled by average or by a MAP probe reads every
+token of the last block, and runs whole. The Keras model is unchanged: training, features and
+attention maps see every token.
 
     forward = keras_vit.model.vit.classify.classifier_forward(model)
     logits = forward(images)  # model(images, training=False), to float rounding
