@@ -155,6 +155,9 @@ def inference(name, runtime_names, rounds, batch_sizes=(1,)):
     with tempfile.TemporaryDirectory() as folder:
         built = runtimes(name, folder, runtime_names, calibration)
         results = {runtime: {} for runtime in built}
+        for runtime, (run, _) in built.items():
+            if hasattr(run, "gflop"):  # the products alone: their FLOPs
+                results[runtime]["gflop"] = run.gflop
         for batch in batch_sizes:
             calls = {
                 runtime: (lambda r=run, x=(images if layout == "nhwc" else peer_images)[batch]: r(x))
@@ -169,8 +172,6 @@ def inference(name, runtime_names, rounds, batch_sizes=(1,)):
                 for runtime, call in calls.items():
                     seconds[runtime].append(median_seconds(call, repeats=repeats, warmup=0))
             for runtime, times in seconds.items():
-                if hasattr(built[runtime][0], "gflop"):  # the products alone: their FLOPs
-                    results[runtime]["gflop"] = built[runtime][0].gflop
                 if batch == 1:
                     results[runtime]["batch1_ms"] = 1000 * statistics.median(times)
                     # Each round's own median: sides timed back to back, for ratios per round.

@@ -16,7 +16,13 @@ same graph exports to TFLite with builtin ops only.
 import keras
 from keras import ops
 
-from keras_vit.model.vit.layers import BLOCK_CLASSES, AttentionPoolLatent, PatchEncoder, RelativePositionBias
+from keras_vit.model.vit.layers import (
+    BLOCK_CLASSES,
+    AttentionPoolLatent,
+    PatchEncoder,
+    RelativePositionBias,
+    blocks_of,
+)
 
 
 def attention_scores(model, images, head=None):
@@ -38,7 +44,7 @@ def attention_scores(model, images, head=None):
 
 def _through_the_blocks(model, images):
     """The last block's tokens and every block's attention weights, first block first."""
-    blocks = [layer for layer in model.layers if isinstance(layer, BLOCK_CLASSES)]
+    blocks = blocks_of(model)
     if not blocks:
         raise ValueError(f"{model.name} has no TransformerBlock layers, so it has no attention to show.")
     scores = []
@@ -70,7 +76,7 @@ def through_the_chain(model, images, last, block_call):
 def head_model(model):
     """The layers after a ViT's last block (pooling, norm, the head or DeiT's two heads) as
     one Keras model; `attention_scores(..., head=)` takes it to skip rebuilding it per call."""
-    blocks = [layer for layer in model.layers if isinstance(layer, BLOCK_CLASSES)]
+    blocks = blocks_of(model)
     return keras.Model(blocks[-1].output, model.output, name=f"{model.name}_head")
 
 
@@ -134,7 +140,7 @@ class AttentionRollout:
         # that pools: the layers from the last block to it (the final norm), the pooling, the rest.
         self.probe = next((layer for layer in model.layers if isinstance(layer, AttentionPoolLatent)), None)
         if self.probe is not None:
-            last_block = [layer for layer in model.layers if isinstance(layer, BLOCK_CLASSES)][-1]
+            last_block = blocks_of(model)[-1]
             self.to_probe = keras.Model(last_block.output, self.probe.input, name=f"{model.name}_to_probe")
             self.after_probe = keras.Model(self.probe.output, model.output, name=f"{model.name}_after_probe")
 

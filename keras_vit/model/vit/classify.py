@@ -16,7 +16,7 @@ attention maps see every token.
 import keras
 
 from keras_vit.model.vit.attention import head_model, through_the_chain
-from keras_vit.model.vit.layers import BLOCK_CLASSES, MultiHeadSelfAttention, ResPostBlock, TransformerBlock
+from keras_vit.model.vit.layers import MultiHeadSelfAttention, ResPostBlock, TransformerBlock, blocks_of
 
 
 def classifier_forward(model):
@@ -43,7 +43,7 @@ def read_tokens(model):
 
 
 def _last_block(model):
-    blocks = [layer for layer in model.layers if isinstance(layer, BLOCK_CLASSES)]
+    blocks = blocks_of(model)
     return blocks[-1] if blocks else None
 
 

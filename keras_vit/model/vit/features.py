@@ -15,7 +15,7 @@ import keras
 from keras import ops
 
 from keras_vit.model.family import take_indices as block_indices
-from keras_vit.model.vit.layers import BLOCK_CLASSES, PatchEncoder, RelativePositionBias
+from keras_vit.model.vit.layers import PatchEncoder, RelativePositionBias, blocks_of
 
 OUTPUTS = ("grid", "tokens")
 
@@ -41,7 +41,7 @@ def intermediates(
     """
     if output not in OUTPUTS:
         raise ValueError(f"output must be one of {OUTPUTS}, got {output!r}.")
-    blocks = _blocks(model)
+    blocks = blocks_of(model)
     if not blocks:
         raise ValueError(f"{model.name} has no TransformerBlock layers, so it has no features to take.")
     take = block_indices(len(blocks), indices)
@@ -75,7 +75,7 @@ def intermediates(
 def features_model(model, indices=None, norm=False, output="grid"):
     """A Keras model from `model`'s images to `{"block_<i>": features}` for the blocks in `indices`."""
     images = keras.Input(shape=model.input_shape[1:], name="images")
-    take = block_indices(len(_blocks(model)), indices)
+    take = block_indices(len(blocks_of(model)), indices)
     features = intermediates(model, images, take, norm=norm, output=output)
     outputs = {f"block_{i}": f for i, f in zip(take, features, strict=True)}
     return keras.Model(images, outputs, name=f"{model.name}_features")
@@ -84,7 +84,3 @@ def features_model(model, indices=None, norm=False, output="grid"):
 def _norms_tokens(model):
     """Whether the model's final LayerNorm acts on every token (timm's `norm`, not `fc_norm`)."""
     return model.final_norm and not model.architecture.norm_after_pooling
-
-
-def _blocks(model):
-    return [layer for layer in model.layers if isinstance(layer, BLOCK_CLASSES)]

@@ -1317,6 +1317,11 @@ BLOCKS = {"pre_norm": TransformerBlock, "res_post": ResPostBlock, "parallel": Pa
 BLOCK_CLASSES = (TransformerBlock, ParallelScalingBlock)
 
 
+def blocks_of(model):
+    """A ViT's Transformer blocks, first to last."""
+    return [layer for layer in model.layers if isinstance(layer, BLOCK_CLASSES)]
+
+
 @keras.saving.register_keras_serializable(package="keras_vit")
 class TokenPooling(keras.layers.Layer):
     """Pools the token sequence into one vector per image.
