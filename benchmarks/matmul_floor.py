@@ -7,8 +7,8 @@ The shapes come from timm's own model, run once with hooks: every `nn.Linear` an
 embedding's convolution (as the matrix product it is: patches x (channels x patch area)) with the
 rows it really sees, and each attention's two batched products (queries x keys, weights x
 values), the attention pool's single query included. Where keras-vit's export computes the last
-block for the tokens its head reads alone (`keras_vit.model.vit.classify`), so does the floor:
-that block's products but its QKV projection on those rows only.
+block for the tokens its head reads alone (`keras_vit.model.vit.classify`, `eva.classify`), so does
+the floor: that block's products but its key and value projections on those rows only.
 """
 
 import numpy as np
@@ -21,14 +21,16 @@ def matmul_shapes(peer, image_size, reads=None):
     `[(heads, rows, depth, columns)]` of every batched one, in timm's `peer` at batch 1.
     `reads`: the tokens the export's last block computes (`classifier_forward`), None for all."""
     products, batched, hooks = [], [], []
-    # The export's last block on `reads` tokens (a timm ViT's: one fused QKV projection).
+    # The export's last block on `reads` tokens but its key and value projections (a fused QKV
+    # projection, or an Eva's separate k_proj and v_proj), which still see every token.
     last_block = set(peer.blocks[-1].modules()) if reads is not None else set()
-    last_qkv = peer.blocks[-1].attn.qkv if reads is not None else None
+    attention = peer.blocks[-1].attn
+    every_token = {getattr(attention, name, None) for name in ("qkv", "k_proj", "v_proj")} - {None}
 
     def dense(module, inputs, output):
         rows = int(np.prod(inputs[0].shape[:-1]))
-        if module in last_block and module is not last_qkv:
-            rows = reads  # keys and values still come from every token
+        if module in last_block and module not in every_token:
+            rows = reads
         products.append((rows, module.in_features, module.out_features))
 
     def patches(module, inputs, output):

@@ -144,6 +144,26 @@ def test_the_products_alone_are_timms_every_flop_and_the_file_holds_nothing_else
         assert skipping_batched == [*batched[:2], (2, 1, 16, tokens), (2, 1, tokens, 16)]
 
 
+def test_the_floor_of_an_eva_with_separate_projections_keeps_its_keys_and_values_on_every_token():
+    """EVA02-CLIP's q_proj, k_proj, v_proj: the skipping export (`eva.classify`) computes [cls]'s
+    query alone, the keys and values of every token; so does the floor."""
+    import matmul_floor
+    import timm
+
+    peer = timm.create_model("eva02_base_patch16_clip_224", img_size=32, patch_size=8, embed_dim=32, depth=1,
+                             num_heads=2, num_classes=5).eval()  # fmt: skip
+    whole, _ = matmul_floor.matmul_shapes(peer, 32)
+    skipping, batched = matmul_floor.matmul_shapes(peer, 32, reads=1)
+    tokens = 16 + 1
+    moved = [(a, b) for a, b in zip(whole, skipping, strict=True) if a != b]
+    # q_proj and proj (32 -> 32), SwiGLU's fc1_g and fc1_x (32 -> 85), fc2: from every token to one
+    # row; k_proj and v_proj (32 -> 32) stay on every token.
+    expected = [((tokens, 32, 32), (1, 32, 32))] * 2 + [((tokens, 32, 85), (1, 32, 85))] * 2
+    assert sorted(moved) == sorted([*expected, ((tokens, 85, 32), (1, 85, 32))]), moved
+    assert [shape for shape in skipping if shape == (tokens, 32, 32)] == [(tokens, 32, 32)] * 2
+    assert batched == [(2, 1, 16, tokens), (2, 1, tokens, 16)]
+
+
 def test_each_backbone_is_judged_against_onnx_runtime_in_the_goals_and_its_page():
     import backbones
 

@@ -64,6 +64,17 @@ class Block(keras.layers.Layer):
         return y
 
 
+def attention_output_spec(layer, x, return_attention_scores, queries=None):
+    """Symbolic outputs of attention layers and blocks: tokens (the first `queries` when given),
+    plus `(batch, heads, queries, tokens)` scores."""
+    rows = x.shape[1] if queries is None else queries
+    out = keras.KerasTensor((x.shape[0], rows, *x.shape[2:]), dtype=layer.compute_dtype)
+    if not return_attention_scores:
+        return out
+    scores = (x.shape[0], layer.num_heads, rows, x.shape[1])
+    return out, keras.KerasTensor(scores, dtype=layer.compute_dtype)
+
+
 def _is_float(variable):
     return "float" in str(variable.dtype)
 

@@ -5,7 +5,8 @@ absolute positions), timm's rope-reg gap ViTs, LingBot and Sapiens2, by their ti
     model.py (Eva, resize_model), architecture.py (its arguments: timm's `Eva`'s), configs.py (every
     timm entry point it builds), timm_args.py (timm's keyword arguments as an Eva's), rope.py (the
     rotary tables, in NumPy), layers.py (patch embedding, rotary embedding, attention, block),
-    checkpoint.py (timm's keys), complexity.py, hub_config.py, features.py
+    checkpoint.py (timm's keys), complexity.py, hub_config.py, features.py, attention.py (rollout),
+    classify.py (what the exports run)
 
 It reuses the ViT family's pooling parts (`TokenPooling`, `AttentionPoolLatent`, PE's head) and
 position-embedding resampling, by their public names. `FAMILY` is what the rest of keras-vit
@@ -114,6 +115,11 @@ class EvaFamily(Family):
         from keras_vit.model.eva.attention import AttentionRollout
 
         return AttentionRollout(model)
+
+    def classifier_forward(self, model):
+        from keras_vit.model.eva.classify import classifier_forward
+
+        return classifier_forward(model)
 
     def resize(self, model, image_size):
         from keras_vit.model.eva.model import resize_model

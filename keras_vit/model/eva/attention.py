@@ -14,6 +14,20 @@ from keras_vit.model.vit.attention import rollout
 def attention_scores(model, images, head):
     """`(outputs, scores)`: the model's outputs and each block's attention weights, `(batch,
     heads, tokens, tokens)`, first block first; `head`: the layers after the last block."""
+    scores = []
+
+    def block_call(block, x, rope):
+        x, block_scores = block(x, rope=rope, training=False, return_attention_scores=True)
+        scores.append(block_scores)
+        return x
+
+    return head(through_the_blocks(model, images, block_call), training=False), scores
+
+
+def through_the_blocks(model, images, block_call):
+    """Calls an Eva's layers up to its last block on `images` at inference, each block as
+    `block_call(block, x, rope)` with the rotary table every block reads (None without one);
+    returns the last block's tokens."""
     x = images
     if any(layer.name == "normalization" for layer in model.layers):
         x = model.get_layer("normalization")(x)
@@ -21,11 +35,9 @@ def attention_scores(model, images, head):
     rope = model.get_layer("rope")(x) if model.use_rot_pos_emb else None
     if model.use_pre_transformer_norm:
         x = model.get_layer("norm_pre")(x)
-    scores = []
     for block in model.blocks:
-        x, block_scores = block(x, rope=rope, training=False, return_attention_scores=True)
-        scores.append(block_scores)
-    return head(x, training=False), scores
+        x = block_call(block, x, rope)
+    return x
 
 
 class AttentionRollout:

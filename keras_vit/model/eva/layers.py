@@ -16,7 +16,7 @@ from keras import ops
 
 from keras_vit.model.checks import check_positive_int, check_rate
 from keras_vit.model.eva import rope as tables
-from keras_vit.model.layers import Block, DropPath, weight_initializer
+from keras_vit.model.layers import Block, DropPath, attention_output_spec, weight_initializer
 
 
 def norm_layer(kind, epsilon, name, dtype):
@@ -430,14 +430,18 @@ class EvaAttention(keras.layers.Layer):
     def _heads(self, x, heads, tokens):
         return ops.transpose(ops.reshape(x, (-1, tokens, heads, self.head_dim)), (0, 2, 1, 3))
 
-    def _projections(self, x):
+    def _projections(self, x, queries=None):
+        """Queries (of the first `queries` tokens when given), keys and values, token-major."""
         if not self.qkv_fused:
-            return self.q_proj(x), self.k_proj(x), self.v_proj(x)
+            q = self.q_proj(x if queries is None else x[:, :queries])
+            return q, self.k_proj(x), self.v_proj(x)
         qkv = self.qkv(x)
         if self.separate_bias:
             zeros = ops.zeros_like(self.q_bias)
             qkv = qkv + ops.cast(ops.concatenate([self.q_bias, zeros, self.v_bias]), qkv.dtype)
-        return ops.split(qkv, 3, axis=-1)
+        q, k, v = ops.split(qkv, 3, axis=-1)
+        # [:, :n], not [:, 0]: XNNPACK refuses a shrinking STRIDED_SLICE
+        return (q if queries is None else q[:, :queries]), k, v
 
     def _rotated(self, x, rope):
         """The patch tokens of `x` (batch, heads, tokens, head_dim) rotated, the prefix kept."""
@@ -446,16 +450,26 @@ class EvaAttention(keras.layers.Layer):
         patches = rotate(x[:, :, prefix:], sin, cos, self.rotate_half)
         return ops.concatenate([x[:, :, :prefix], patches], axis=2) if prefix else patches
 
-    def call(self, x, rope=None, training=None, return_attention_scores=False):
+    def call(self, x, rope=None, training=None, return_attention_scores=False, queries=None):
+        """`queries`: only the first `queries` tokens attend (to every token), and the output has
+        that many (`vit.classify`: the last block of a model whose head reads the [cls] token).
+        They must be prefix tokens, which the rotary embedding leaves as they are."""
+        if queries is not None and queries > self.num_prefix_tokens:
+            raise ValueError(
+                f"{self.name}: only prefix tokens attend alone (they carry no rotation); "
+                f"got queries={queries} with {self.num_prefix_tokens} prefix tokens."
+            )
         tokens = x.shape[1] if x.shape[1] is not None else ops.shape(x)[1]
-        q, k, v = self._projections(x)
-        q = self._heads(q, self.num_heads, tokens)
+        rows = tokens if queries is None else queries
+        q, k, v = self._projections(x, queries)
+        q = self._heads(q, self.num_heads, rows)
         k = self._heads(k, self.num_kv_heads, tokens)
         v = self._heads(v, self.num_kv_heads, tokens)
         if self.qk_norm:
             q, k = self.q_norm(q), self.k_norm(k)
         if rope is not None:
-            q, k = self._rotated(q, rope), self._rotated(k, rope)
+            k = self._rotated(k, rope)
+            q = q if queries is not None else self._rotated(q, rope)
         if self.num_kv_heads != self.num_heads:
             # Each key/value head serves num_heads / num_kv_heads query heads in a row (timm's
             # repeat_interleave), as a broadcast and a reshape.
@@ -473,19 +487,14 @@ class EvaAttention(keras.layers.Layer):
         scores = ops.matmul(q * ops.cast(self.scale, q.dtype), ops.transpose(k, (0, 1, 3, 2)))
         weights = ops.cast(ops.softmax(ops.cast(scores, "float32"), axis=-1), x.dtype)
         out = ops.matmul(self.attention_dropout_layer(weights, training=training), v)
-        out = ops.reshape(ops.transpose(out, (0, 2, 1, 3)), (-1, tokens, self.embed_dim))
+        out = ops.reshape(ops.transpose(out, (0, 2, 1, 3)), (-1, rows, self.embed_dim))
         if self.scale_norm:
             out = self.inner_norm(out)
         out = self.dropout_layer(self.proj(out), training=training)
         return (out, weights) if return_attention_scores else out
 
-    def compute_output_spec(self, x, rope=None, training=None, return_attention_scores=False):
-        out = keras.KerasTensor(x.shape, dtype=self.compute_dtype)
-        if not return_attention_scores:
-            return out
-        return out, keras.KerasTensor(
-            (x.shape[0], self.num_heads, x.shape[1], x.shape[1]), dtype=self.compute_dtype
-        )
+    def compute_output_spec(self, x, rope=None, training=None, return_attention_scores=False, queries=None):
+        return attention_output_spec(self, x, return_attention_scores, queries)
 
     def get_config(self):
         config = super().get_config()
@@ -626,23 +635,34 @@ class EvaBlock(Block):
         weight = getattr(self, name, None)
         return branch if weight is None else branch * ops.cast(weight, branch.dtype)
 
-    def call(self, x, rope=None, training=None, return_attention_scores=False):
+    def call(self, x, rope=None, training=None, return_attention_scores=False, queries=None):
+        """`queries`: only the first `queries` tokens (prefix tokens) go through the block,
+        attending to every token, and only they come out (`vit.classify`)."""
         if rope is not None and self.rope_index is not None:
             rope = rope[:, self.rope_index]
         if return_attention_scores:  # inference only: nothing to recompute
-            return self._forward(x, rope=rope, training=training, return_attention_scores=True)
+            return self._forward(x, rope, training, return_attention_scores=True, queries=queries)
+        arguments = {} if queries is None else dict(queries=queries)
         if rope is None:
-            return self.forward_of(self._forward, x, training=training)
-        return self.forward_of(self._forward, x, rope, training=training)  # differentiated as x is
+            return self.forward_of(self._forward, x, training=training, **arguments)
+        return self.forward_of(
+            self._forward, x, rope, training=training, **arguments
+        )  # differentiated as x is
 
-    def _forward(self, x, rope=None, training=None, return_attention_scores=False):
+    def _forward(self, x, rope=None, training=None, return_attention_scores=False, queries=None):
         scores = None
         inputs = x if self.post_norm else self.norm1(x)
         attended = self.attention(
-            inputs, rope=rope, training=training, return_attention_scores=return_attention_scores
+            inputs,
+            rope=rope,
+            training=training,
+            return_attention_scores=return_attention_scores,
+            queries=queries,
         )
         if return_attention_scores:
             attended, scores = attended
+        if queries is not None:  # the residual stream of the tokens that attended
+            x = x[:, :queries]
         if self.post_norm:
             x = x + self.drop_path1(self.norm1(attended), training=training)
             x = x + self.drop_path2(self.norm2(self._mlp(x, training=training)), training=training)
@@ -652,12 +672,8 @@ class EvaBlock(Block):
             x = x + self.drop_path2(self._scaled(y, "gamma_2"), training=training)
         return (x, scores) if return_attention_scores else x
 
-    def compute_output_spec(self, x, rope=None, training=None, return_attention_scores=False):
-        out = keras.KerasTensor(x.shape, dtype=self.compute_dtype)
-        if not return_attention_scores:
-            return out
-        tokens = x.shape[1]
-        return out, keras.KerasTensor((x.shape[0], self.num_heads, tokens, tokens), dtype=self.compute_dtype)
+    def compute_output_spec(self, x, rope=None, training=None, return_attention_scores=False, queries=None):
+        return attention_output_spec(self, x, return_attention_scores, queries)
 
     def get_config(self):
         config = super().get_config()

@@ -15,7 +15,7 @@ attention maps see every token.
 
 import keras
 
-from keras_vit.model.vit.attention import head_model, through_the_chain
+from keras_vit.model.vit.attention import through_the_chain
 from keras_vit.model.vit.layers import MultiHeadSelfAttention, ResPostBlock, TransformerBlock, blocks_of
 
 
@@ -23,7 +23,17 @@ def classifier_forward(model):
     """A callable from images to `model`'s outputs (inference) that skips the last block's work on
     tokens the head does not read; `model` itself when its head reads every token."""
     reads = read_tokens(model)
-    return model if reads is None else _ReadTokensForward(model, reads)
+    if reads is None:
+        return model
+    last = _last_block(model)
+
+    def run_blocks(images, block_call):
+        def call(block, x, position_bias):
+            return block_call(block, x, position_bias=position_bias)
+
+        return through_the_chain(model, images, last, call)
+
+    return ReadTokensForward(model, reads, last, run_blocks)
 
 
 def read_tokens(model):
@@ -47,14 +57,27 @@ def _last_block(model):
     return blocks[-1] if blocks else None
 
 
-class _ReadTokensForward:
-    def __init__(self, model, reads):
+class ReadTokensForward:
+    """`model` at inference with its last block computing only the first `reads` tokens (every
+    family whose head reads leading tokens: the ViT's here, the Eva's in `eva.classify`).
+
+    Args:
+        model: the classifier.
+        reads: int. The leading tokens the head reads from `last_block`.
+        last_block: the model's last block; it takes `queries=`.
+        run_blocks: `run_blocks(images, block_call)` calls the model's layers up to and including
+            `last_block` at inference, each block as `block_call(block, x, **its inputs)`, and
+            returns the last block's output.
+    """
+
+    def __init__(self, model, reads, last_block, run_blocks):
         self.model = model
-        self.reads = reads  # the leading tokens the last block computes
-        self.last_block = _last_block(model)
-        # The layers after the last block (pooling, norm, the head or DeiT's two), called again
+        self.reads = reads
+        self.last_block = last_block
+        self.run_blocks = run_blocks
+        # The layers after the last block (norm, pooling, the head or DeiT's two), called again
         # (same weights) on the tokens it reads.
-        head = head_model(model)
+        head = keras.Model(last_block.output, model.output, name=f"{model.name}_head")
         tokens = keras.Input((reads, head.input_shape[-1]))
         self.head = keras.models.clone_model(head, input_tensors=tokens, clone_function=lambda layer: layer)
 
@@ -62,12 +85,11 @@ class _ReadTokensForward:
         if training:
             raise ValueError("A classifier's forward is for inference; train the Keras model itself.")
 
-        def block_call(block, x, position_bias):
+        def block_call(block, x, **inputs):
             queries = self.reads if block is self.last_block else None
-            return block(x, training=False, position_bias=position_bias, queries=queries)
+            return block(x, training=False, queries=queries, **inputs)
 
         # Under the model's name, as its own call: the quantisation recipes find ops by
         # "<model>/<layer>/..." (export.quantize).
         with keras.name_scope(self.model.name):
-            tokens = through_the_chain(self.model, images, self.last_block, block_call)
-            return self.head(tokens, training=False)
+            return self.head(self.run_blocks(images, block_call), training=False)

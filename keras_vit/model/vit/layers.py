@@ -12,7 +12,7 @@ import keras
 from keras import ops
 
 from keras_vit.model.checks import check_positive_int, check_rate
-from keras_vit.model.layers import Block, DropPath, weight_initializer
+from keras_vit.model.layers import Block, DropPath, attention_output_spec, weight_initializer
 from keras_vit.model.relative_position import relative_log_coords, relative_position_index
 from keras_vit.model.vit.stems import ResNetV2Stem, StdConv2D, build_stem  # noqa: F401 (keras_vit.layers)
 
@@ -324,17 +324,6 @@ class PatchEncoder(keras.layers.Layer):
         return config
 
 
-def _output_spec(layer, x, return_attention_scores, queries=None):
-    """Symbolic outputs of attention layers and blocks: tokens (the first `queries` when given),
-    plus `(batch, heads, queries, tokens)` scores."""
-    rows = x.shape[1] if queries is None else queries
-    out = keras.KerasTensor((x.shape[0], rows, *x.shape[2:]), dtype=layer.compute_dtype)
-    if not return_attention_scores:
-        return out
-    scores = (x.shape[0], layer.num_heads, rows, x.shape[1])
-    return out, keras.KerasTensor(scores, dtype=layer.compute_dtype)
-
-
 def fused_attention_applies(attention_dropout, training, return_attention_scores):
     """Whether attention may run as one fused kernel: on JAX (cuDNN's flash attention on a GPU,
     XLA's fused softmax elsewhere), when nobody asks for the weights and no dropout falls on them.
@@ -620,7 +609,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     def compute_output_spec(
         self, x, training=None, return_attention_scores=False, position_bias=None, queries=None
     ):
-        return _output_spec(self, x, return_attention_scores, queries)
+        return attention_output_spec(self, x, return_attention_scores, queries)
 
     def get_config(self):
         config = super().get_config()
@@ -729,7 +718,7 @@ class DifferentialAttentionCore(keras.layers.Layer):
         return out
 
     def compute_output_spec(self, q, k, v, training=None, return_attention_scores=False):
-        return _output_spec(self, q, return_attention_scores)
+        return attention_output_spec(self, q, return_attention_scores)
 
     def get_config(self):
         config = super().get_config()
@@ -815,7 +804,7 @@ class DifferentialAttention(keras.layers.Layer):
         return input_shape
 
     def compute_output_spec(self, x, training=None, return_attention_scores=False, position_bias=None):
-        return _output_spec(self, x, return_attention_scores)
+        return attention_output_spec(self, x, return_attention_scores)
 
     def get_config(self):
         config = super().get_config()
@@ -1156,7 +1145,7 @@ class TransformerBlock(_ViTBlock):
     def compute_output_spec(
         self, x, training=None, return_attention_scores=False, position_bias=None, queries=None
     ):
-        return _output_spec(self, x, return_attention_scores, queries)
+        return attention_output_spec(self, x, return_attention_scores, queries)
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -1308,7 +1297,7 @@ class ParallelScalingBlock(_ViTBlock):
         return input_shape
 
     def compute_output_spec(self, x, training=None, return_attention_scores=False, position_bias=None):
-        return _output_spec(self, x, return_attention_scores)
+        return attention_output_spec(self, x, return_attention_scores)
 
 
 # The block by its kind (`ViT(block=...)`, timm's `block_fn`).
