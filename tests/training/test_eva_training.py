@@ -46,12 +46,24 @@ def losses(remat):
     x = np.random.default_rng(0).uniform(0, 255, (4, 32, 32, 3)).astype("float32")
     return model.fit(x, np.array([0, 1, 2, 0]), epochs=3, batch_size=4, verbose=0).history["loss"]
 np.testing.assert_allclose(losses(True), losses(False), rtol=1e-5)
+# Called eagerly on JAX: EVA02's fused QKV with its own q and v biases, pooled by [cls], and what
+# its exports run (the last block on [cls] alone) gives the same logits.
+from keras_vit.model.registry import family_of
+model = keras_vit.Eva(image_size=32, patch_size=8, embed_dim=32, depth=2, num_heads=2, num_classes=3,
+                      use_rot_pos_emb=True, global_pool="token")
+rng = np.random.default_rng(1)
+model.set_weights([rng.normal(0, 0.3, w.shape).astype("float32") for w in model.get_weights()])
+x = np.random.default_rng(2).uniform(0, 255, (2, 32, 32, 3)).astype("float32")
+forward = family_of(model).classifier_forward(model)
+assert forward is not model
+np.testing.assert_allclose(forward(x), model(x), atol=1e-5)
 """
 
 
 def test_remat_recomputes_an_evas_blocks_with_the_rotary_table_as_an_input_on_jax():
     """`--remat` (JAX): the learned rotary table enters each recomputed block as a differentiated
-    input, not a closed-over value; the losses are those without recomputation."""
+    input, not a closed-over value; the losses are those without recomputation. In the same
+    process, an EVA02 (its own q and v biases) called eagerly, and its exports' forward."""
     import os
     import subprocess
     import sys

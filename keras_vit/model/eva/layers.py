@@ -437,8 +437,10 @@ class EvaAttention(keras.layers.Layer):
             return q, self.k_proj(x), self.v_proj(x)
         qkv = self.qkv(x)
         if self.separate_bias:
-            zeros = ops.zeros_like(self.q_bias)
-            qkv = qkv + ops.cast(ops.concatenate([self.q_bias, zeros, self.v_bias]), qkv.dtype)
+            # The keys' zero bias by shape: `zeros_like` of a variable fails in JAX's eager mode.
+            zeros = ops.zeros((self.embed_dim,), dtype=qkv.dtype)
+            biases = [ops.cast(self.q_bias, qkv.dtype), zeros, ops.cast(self.v_bias, qkv.dtype)]
+            qkv = qkv + ops.concatenate(biases)
         q, k, v = ops.split(qkv, 3, axis=-1)
         # [:, :n], not [:, 0]: XNNPACK refuses a shrinking STRIDED_SLICE
         return (q if queries is None else q[:, :queries]), k, v
