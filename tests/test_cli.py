@@ -59,7 +59,9 @@ def test_bad_arguments_get_one_line_and_exit_1(capsys):
         (["app", "mobile", "--model", "m.tflite", "--port", "70000"], "--port: must be from 0 to 65535"),
         (["train", "--image-size", "0"], "image_size must be at least 1, got 0"),
         (["train", "--image-size", "-4"], "image_size must be at least 1, got -4"),
-        (["train", "--model", "vit_tiny_patch16_224", "--image-size", "30"], "choose 16 or 32"),
+        (["train", "--model", "vit_tiny_patch16_224", "--image-size", "12"], "choose at least 16"),
+        # A ViT reads the whole patches of any side, as timm; a Swin's windows need whole ones.
+        (["train", "--model", "swin_tiny_patch4_window7_224", "--image-size", "30"], "choose 28 or 32"),
         (["train", "--steps-per-epoch", "0"], "steps_per_epoch must be at least 1, got 0"),
         (["train", "--epochs", "0"], "epochs must be at least 1, got 0"),
         (["train", "--dropout", "1.5"], "dropout is a fraction in [0, 1), got 1.5"),

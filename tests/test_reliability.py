@@ -258,9 +258,9 @@ def settings_inputs(tmp_path_factory):
     return [
         ("unknown_config", ["--model", "vit_hyuge_patch16_224", "--output", out], "unknown config name"),
         (
-            "image_size_30",
-            ["--image-size", "30", "--output", out],
-            "image size not divisible by the patch (30, patch 4)",
+            "image_size_3",
+            ["--image-size", "3", "--output", out],
+            "image size smaller than one patch (3, patch 4)",
         ),
         (
             "heads",

@@ -138,9 +138,14 @@ class Family:
         return self.architecture_class(**{k: v for k, v in arguments.items() if k in names})
 
     def image_size_step(self, arguments):
-        """Every image side must be a multiple of this: the patch size (a Swin pads what its
-        windows do not tile)."""
+        """Every image side must be a multiple of this (or, where `takes_partial_patches`, at
+        least this): the patch size (a Swin pads what its windows do not tile)."""
         return arguments["patch_size"]
+
+    def takes_partial_patches(self, arguments):
+        """Whether an image side that is no multiple of the step works, its last pixels unread,
+        as timm's `PatchEmbed` reads it (`model.layers.patch_grid`): SigLIP-So400m/14 at 384."""
+        return False
 
     def parameter_count(self, arguments):
         return self.complexity.parameter_count(self.architecture(arguments))

@@ -64,6 +64,22 @@ class Block(keras.layers.Layer):
         return y
 
 
+def patch_grid(height, width, patch_size):
+    """(rows, columns) of whole patches, as timm's `PatchEmbed` sees them: its convolution of
+    stride P reads `H // P` x `W // P` patches and never the last `H % P` rows and `W % P` columns
+    (SigLIP-So400m/14 at 384: 27 x 27 patches, its last 6 rows and columns of pixels unread).
+
+    Raises:
+        ValueError: a side shorter than one patch.
+    """
+    if height < patch_size or width < patch_size:
+        raise ValueError(
+            f"Image size {height}x{width} (height x width) is smaller than one {patch_size}x{patch_size} "
+            f"patch. Give images of at least {patch_size} pixels a side, or a smaller patch size."
+        )
+    return height // patch_size, width // patch_size
+
+
 def attention_output_spec(layer, x, return_attention_scores, queries=None):
     """Symbolic outputs of attention layers and blocks: tokens (the first `queries` when given),
     plus `(batch, heads, queries, tokens)` scores."""

@@ -210,8 +210,14 @@ class TrainConfig:
 
     def _check_image_size(self):
         arguments = {**registry.get_model_config(self.model), **self.overrides}
-        step = registry.family_named(self.model).image_size_step(arguments)
-        if self.image_size % step:
+        family = registry.family_named(self.model)
+        step = family.image_size_step(arguments)
+        if self.image_size < step:
+            raise ValueError(
+                f"image_size {self.image_size} is smaller than {self.model}'s patch size {step}: "
+                f"choose at least {step}."
+            )
+        if self.image_size % step and not family.takes_partial_patches(arguments):
             raise ValueError(
                 f"image_size {self.image_size} is not a multiple of {self.model}'s patch size {step}: "
                 f"choose {nearest_sizes(self.image_size, step)}."

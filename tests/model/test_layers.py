@@ -33,7 +33,10 @@ def _reference_patches(image, p):
     )
 
 
-@pytest.mark.parametrize("shape,patch", [((32, 32, 3), 4), ((32, 48, 1), 8), ((12, 6, 2), 3)])
+# (30, 34): no multiple of 4, the last 2 rows and columns unread, as by timm's PatchEmbed.
+@pytest.mark.parametrize(
+    "shape,patch", [((32, 32, 3), 4), ((32, 48, 1), 8), ((12, 6, 2), 3), ((30, 34, 3), 4)]
+)
 def test_patches_are_row_major_and_flattened_like_a_conv_kernel(shape, patch):
     image = np.arange(np.prod(shape), dtype="float32").reshape(shape)
     out = to_numpy(Patches(patch)(image[None]))
@@ -42,9 +45,21 @@ def test_patches_are_row_major_and_flattened_like_a_conv_kernel(shape, patch):
     np.testing.assert_array_equal(out[0], _reference_patches(image, patch))
 
 
-def test_patches_reject_sizes_not_divisible_by_the_patch_size():
-    with pytest.raises(ValueError, match=r"30x32.*patch size 4"):
-        Patches(4)(np.zeros((1, 30, 32, 3), "float32"))
+def test_patches_reject_a_side_shorter_than_a_patch():
+    with pytest.raises(ValueError, match=r"3x32.*smaller than one 4x4 patch"):
+        Patches(4)(np.zeros((1, 3, 32, 3), "float32"))
+
+
+def test_the_patch_encoder_reads_whole_patches_as_its_convolution_and_the_patches_do():
+    """An image side that is no multiple of the patch: the convolution reads the whole patches, as
+    `Patches` times the same kernel does (timm's PatchEmbed at SigLIP-So400m/14's 384 px)."""
+    images = np.random.default_rng(2).normal(size=(2, 30, 21, 3)).astype("float32")
+    encoder = PatchEncoder(patch_size=8, hidden_dim=5, class_token=False)
+    out = to_numpy(encoder(images))
+    assert encoder.grid_size == (3, 2) and out.shape == (2, 6, 5)
+    kernel = to_numpy(encoder.projection.kernel).reshape(8 * 8 * 3, 5)
+    expected = to_numpy(Patches(8)(images)) @ kernel + to_numpy(encoder.projection.bias)
+    np.testing.assert_allclose(out, expected + to_numpy(encoder.position_embedding), atol=1e-5)
 
 
 def test_patch_encoder_is_patches_times_a_linear_map_plus_cls_and_positions():

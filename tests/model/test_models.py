@@ -55,8 +55,8 @@ def test_overrides_change_the_model(images):
 
 
 def test_invalid_architectures_name_the_problem():
-    with pytest.raises(ValueError, match=r"36x36.*patch size 16"):
-        keras_vit.create_model("vit_tiny_patch16_224", image_size=36)
+    with pytest.raises(ValueError, match=r"12x12.*smaller than one 16x16 patch"):
+        keras_vit.create_model("vit_tiny_patch16_224", image_size=12)
     with pytest.raises(ValueError, match=r"num_heads=5 does not divide hidden_dim=192"):
         keras_vit.create_model("vit_tiny_patch16_224", num_heads=5)
     with pytest.raises(ValueError, match=r"drop_path_rate must be in \[0, 1\)"):

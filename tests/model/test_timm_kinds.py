@@ -35,6 +35,8 @@ KINDS = [
     ("siglip", "vit_base_patch16_siglip_224.webli", {}, 256),
     ("siglip2 gelu_tanh", "vit_base_patch32_siglip_256.v2_webli", {}, 224),
     ("siglip gap", "vit_base_patch16_siglip_gap_224.webli", {}, 192),
+    # So400m/14 at 384, no multiple of 14: timm's patch embedding reads 27 x 27 whole patches.
+    ("siglip so400m, 384 px", "vit_so400m_patch14_siglip_384.webli", {}, 224),
     ("dinov2", "vit_small_patch14_dinov2.lvd142m", {}, 224),
     ("dinov2 registers", "vit_small_patch14_reg4_dinov2.lvd142m", {}, 224),
     # Width 48: int(48 x 5.33334) = 256, an even MLP for SwiGLUPacked's two halves.

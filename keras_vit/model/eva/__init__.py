@@ -116,6 +116,9 @@ class EvaFamily(Family):
 
         return AttentionRollout(model)
 
+    def takes_partial_patches(self, arguments):
+        return True  # timm's PatchEmbed
+
     def classifier_forward(self, model):
         from keras_vit.model.eva.classify import classifier_forward
 

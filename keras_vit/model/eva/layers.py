@@ -16,7 +16,7 @@ from keras import ops
 
 from keras_vit.model.checks import check_positive_int, check_rate
 from keras_vit.model.eva import rope as tables
-from keras_vit.model.layers import Block, DropPath, attention_output_spec, weight_initializer
+from keras_vit.model.layers import Block, DropPath, attention_output_spec, patch_grid, weight_initializer
 
 
 def norm_layer(kind, epsilon, name, dtype):
@@ -87,11 +87,7 @@ class EvaPatchEmbed(keras.layers.Layer):
 
     def build(self, input_shape):
         _, height, width, _ = input_shape
-        if height % self.patch_size or width % self.patch_size:
-            raise ValueError(
-                f"Image size {height}x{width} is not divisible by the patch size {self.patch_size}."
-            )
-        self.grid_size = (height // self.patch_size, width // self.patch_size)
+        self.grid_size = patch_grid(height, width, self.patch_size)
         self.num_patches = self.grid_size[0] * self.grid_size[1]
         self.projection.build(input_shape)
         init = keras.initializers.TruncatedNormal(stddev=0.02)

@@ -146,6 +146,11 @@ class ViTFamily(Family):
         arch = self.architecture(arguments)
         return arch.patch_size * arch.stem_reduction
 
+    def takes_partial_patches(self, arguments):
+        # The patch embedding's convolution, as timm's; a hybrid stem's feature map is sized for
+        # whole cells.
+        return self.architecture(arguments).stem is None
+
     def block_names(self, arguments):
         return tuple(f"block_{i}" for i in range(arguments["depth"]))
 

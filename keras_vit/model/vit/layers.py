@@ -12,7 +12,7 @@ import keras
 from keras import ops
 
 from keras_vit.model.checks import check_positive_int, check_rate
-from keras_vit.model.layers import Block, DropPath, attention_output_spec, weight_initializer
+from keras_vit.model.layers import Block, DropPath, attention_output_spec, patch_grid, weight_initializer
 from keras_vit.model.relative_position import relative_log_coords, relative_position_index
 from keras_vit.model.vit.stems import ResNetV2Stem, StdConv2D, build_stem  # noqa: F401 (keras_vit.layers)
 
@@ -60,17 +60,6 @@ def norm_named(kind, epsilon, dtype, name, gamma_initializer="ones"):
     )
 
 
-def _patch_grid(height, width, patch_size):
-    """Returns (rows, columns) of patches; a size not divisible by P is an error."""
-    if height % patch_size or width % patch_size:
-        raise ValueError(
-            f"Image size {height}x{width} (height x width) is not divisible by the "
-            f"patch size {patch_size}: both sides must be multiples of {patch_size}. "
-            f"Resize or crop the images, or pick a patch size that divides them."
-        )
-    return height // patch_size, width // patch_size
-
-
 @keras.saving.register_keras_serializable(package="keras_vit")
 class Patches(keras.layers.Layer):
     """Splits images into non-overlapping, flattened square patches.
@@ -78,7 +67,8 @@ class Patches(keras.layers.Layer):
     `(batch, height, width, channels)` becomes
     `(batch, num_patches, patch_size * patch_size * channels)`. Patches are in
     row-major order over the grid, and each patch is flattened as
-    (row, column, channel), the order of a `Conv2D` kernel.
+    (row, column, channel), the order of a `Conv2D` kernel. Pixels past the last whole patch are
+    not read, as by the convolution (`patch_grid`).
 
     Args:
         patch_size: int. Side of each square patch, in pixels.
@@ -95,17 +85,18 @@ class Patches(keras.layers.Layer):
         p = self.patch_size
         if height is None or width is None:
             return (batch, None, p * p * channels)
-        rows, cols = _patch_grid(height, width, p)
+        rows, cols = patch_grid(height, width, p)
         return (batch, rows * cols, p * p * channels)
 
     def call(self, images):
         p = self.patch_size
         height, width, channels = images.shape[1], images.shape[2], images.shape[3]
         if height is not None and width is not None:
-            rows, cols = _patch_grid(height, width, p)
+            rows, cols = patch_grid(height, width, p)
         else:
             dynamic = ops.shape(images)
             rows, cols = dynamic[1] // p, dynamic[2] // p
+        images = images[:, : rows * p, : cols * p]  # the rows and columns no patch covers: unread
         x = ops.reshape(images, (-1, rows, p, cols, p, channels))
         x = ops.transpose(x, (0, 1, 3, 2, 4, 5))
         return ops.reshape(x, (-1, rows * cols, p * p * channels))
@@ -233,7 +224,7 @@ class PatchEncoder(keras.layers.Layer):
         if self.backbone is not None:
             self.backbone.build(input_shape)
             features = self.backbone.compute_output_shape(input_shape)
-        self.grid_size = _patch_grid(features[1], features[2], self.patch_size)
+        self.grid_size = patch_grid(features[1], features[2], self.patch_size)
         self.num_patches = self.grid_size[0] * self.grid_size[1]
         if self.projection is not None:
             self.projection.build(features)
@@ -299,7 +290,7 @@ class PatchEncoder(keras.layers.Layer):
     def compute_output_shape(self, input_shape):
         if self.backbone is not None:
             input_shape = self.backbone.compute_output_shape(input_shape)
-        rows, cols = _patch_grid(input_shape[1], input_shape[2], self.patch_size)
+        rows, cols = patch_grid(input_shape[1], input_shape[2], self.patch_size)
         return (input_shape[0], rows * cols + self.num_prefix_tokens, self.hidden_dim)
 
     def get_config(self):
