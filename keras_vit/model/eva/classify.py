@@ -1,8 +1,8 @@
 """What an Eva classifier's exports run: the model's answers, computing only what its head reads,
 as for the ViT (`keras_vit.model.vit.classify`).
 
-An Eva pooled by its [cls] token (timm's `global_pool="token"`: ROPE-ViT, EVA-01 and EVA02
-fine-tuned on ImageNet) reads that token alone from the last block, so the last block computes its
+An Eva pooled by its [cls] token (timm's `global_pool="token"`: ROPE-ViT, EVA-01 and EVA02-CLIP,
+LingBot, Sapiens2) reads that token alone from the last block, so the last block computes its
 attention row, output projection and MLP alone. [cls] is a prefix token, which the rotary
 embedding leaves as it is: only the keys are rotated there. An Eva pooled by averaging (DINOv3,
 the rope-reg gap ViTs) or by PE's attention probe reads every token and runs whole.
@@ -17,16 +17,13 @@ from keras_vit.model.vit.classify import ReadTokensForward
 
 
 def classifier_forward(model):
-    """A callable from images to `model`'s outputs (inference) that skips the last block's work on
-    tokens the head does not read; `model` itself when its head reads every token."""
+    """`vit.classify.classifier_forward` for an Eva: its last block on [cls] alone, or `model`."""
     reads = read_tokens(model)
-    if reads is None:
-        return model
 
     def run_blocks(images, block_call):
         return through_the_blocks(model, images, lambda block, x, rope: block_call(block, x, rope=rope))
 
-    return ReadTokensForward(model, reads, model.blocks[-1], run_blocks)
+    return model if reads is None else ReadTokensForward(model, reads, model.blocks[-1], run_blocks)
 
 
 def read_tokens(model):
