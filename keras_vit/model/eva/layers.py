@@ -643,9 +643,8 @@ class EvaBlock(Block):
         arguments = {} if queries is None else dict(queries=queries)
         if rope is None:
             return self.forward_of(self._forward, x, training=training, **arguments)
-        return self.forward_of(
-            self._forward, x, rope, training=training, **arguments
-        )  # differentiated as x is
+        # The table as an input, differentiated as x is.
+        return self.forward_of(self._forward, x, rope, training=training, **arguments)
 
     def _forward(self, x, rope=None, training=None, return_attention_scores=False, queries=None):
         scores = None
