@@ -319,3 +319,21 @@ def test_timms_train_time_rotary_augmentations_move_positions_in_training_only(k
     tokens = ops.zeros((1, 16, 32))
     moved = np.abs(np.asarray(rope(tokens, training=True)) - np.asarray(rope(tokens, training=False)))
     assert moved.max() > 1e-2
+
+
+@pytest.mark.parametrize("rotate_half", [False, True], ids=["interleaved pairs", "halves"])
+def test_the_rotation_equals_timms_formula_to_the_bit(rotate_half):
+    """`rotate`: `x * cos + rot(x) * sin`, timm's `rot` (EVA02's interleaved pairs `(a, b) -> (-b, a)`,
+    or `rotate_half`'s halves). The interleaved swap is a product by a permutation matrix (one
+    FULLY_CONNECTED where a split and a concatenation over an axis of 2 were slow): still exact."""
+    from keras_vit.model.eva.layers import rotate
+
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=(2, 3, 17, 16)).astype("float32")
+    sin, cos = rng.normal(size=(2, 1, 17, 16)).astype("float32")
+    if rotate_half:
+        swapped = np.concatenate([-x[..., 8:], x[..., :8]], axis=-1)
+    else:
+        swapped = np.stack([-x[..., 1::2], x[..., ::2]], axis=-1).reshape(x.shape)
+    expected = x * cos + swapped * sin
+    np.testing.assert_array_equal(ops.convert_to_numpy(rotate(x, sin, cos, rotate_half)), expected)

@@ -50,8 +50,11 @@ class EvaFamily(Family):
         "QKV projections": ((_BLOCK + r"attention(_\d+)?/(qkv|[qkv]_proj)", "FULLY_CONNECTED"),),
         "out projections": ((_BLOCK + r"attention(_\d+)?/proj", "FULLY_CONNECTED"),),
         "MLP projections": ((_BLOCK + r"(fc1|fc1_g|fc1_x|fc2)(_\d+)?/", "FULLY_CONNECTED"),),
-        # The rotation: the tables' products, the pairs' swap (slices, a split, a concatenation).
-        "rotary embedding": ((_BLOCK + r"attention(_\d+)?/(mul|split|concat|neg|strided_slice)", "*"),),
+        # The rotation: the tables' products, the swap of the halves (slices, a concatenation) or of
+        # each interleaved pair (a product by a permutation matrix, `rotary_swap`).
+        "rotary embedding": (
+            (_BLOCK + r"attention(_\d+)?/(mul|split|concat|neg|strided_slice|rotary_swap)", "*"),
+        ),
         "attention matmuls": TRANSFORMER_QUANTIZATION_GROUPS["attention matmuls"],
         "softmax": TRANSFORMER_QUANTIZATION_GROUPS["softmax"],
         "LayerNorm statistics": TRANSFORMER_QUANTIZATION_GROUPS["LayerNorm statistics"],
