@@ -5,10 +5,9 @@ blocks, which take the rotary table beside the tokens.
     maps = keras_vit.model.eva.attention.AttentionRollout(model)(images)["attention"]
 """
 
-import keras
 from keras import ops
 
-from keras_vit.model.vit.attention import rollout
+from keras_vit.model.vit.attention import head_model, rollout
 
 
 def attention_scores(model, images, head):
@@ -51,7 +50,7 @@ class AttentionRollout:
         self.from_cls = embed.class_token and model.global_pool != "avg"
         self.outputs_probabilities = model.classifier_activation == "softmax"
         self.model = model
-        self.head = keras.Model(model.blocks[-1].output, model.output, name=f"{model.name}_head")
+        self.head = head_model(model, model.blocks[-1])
 
     def __call__(self, images):
         outputs, scores = attention_scores(self.model, images, self.head)

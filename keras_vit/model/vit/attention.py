@@ -73,11 +73,12 @@ def through_the_chain(model, images, last, block_call):
     return x
 
 
-def head_model(model):
-    """The layers after a ViT's last block (pooling, norm, the head or DeiT's two heads) as
-    one Keras model; `attention_scores(..., head=)` takes it to skip rebuilding it per call."""
-    blocks = blocks_of(model)
-    return keras.Model(blocks[-1].output, model.output, name=f"{model.name}_head")
+def head_model(model, last_block=None):
+    """The layers after a model's last block (pooling, norm, the head or DeiT's two heads) as
+    one Keras model; `attention_scores(..., head=)` takes it to skip rebuilding it per call.
+    `last_block`: the block they follow (default: the ViT's last), for a family of its own."""
+    last_block = blocks_of(model)[-1] if last_block is None else last_block
+    return keras.Model(last_block.output, model.output, name=f"{model.name}_head")
 
 
 def rollout(

@@ -15,7 +15,7 @@ attention maps see every token.
 
 import keras
 
-from keras_vit.model.vit.attention import through_the_chain
+from keras_vit.model.vit.attention import head_model, through_the_chain
 from keras_vit.model.vit.layers import MultiHeadSelfAttention, ResPostBlock, TransformerBlock, blocks_of
 
 
@@ -77,7 +77,7 @@ class ReadTokensForward:
         self.run_blocks = run_blocks
         # The layers after the last block (norm, pooling, the head or DeiT's two), called again
         # (same weights) on the tokens it reads.
-        head = keras.Model(last_block.output, model.output, name=f"{model.name}_head")
+        head = head_model(model, last_block)
         tokens = keras.Input((reads, head.input_shape[-1]))
         self.head = keras.models.clone_model(head, input_tensors=tokens, clone_function=lambda layer: layer)
 
