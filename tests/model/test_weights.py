@@ -103,7 +103,9 @@ def test_safetensors_from_timm_give_timms_logits(name, tmp_path, record_parity):
     )
 
 
-@pytest.mark.parametrize("name", PARITY_NAMES)
+# The Google layout's mapping does not depend on size: its per-head reshapes are checked at 3 and 6
+# heads (a ViT-B/16 doubled this test's time).
+@pytest.mark.parametrize("name", PARITY_NAMES[:2])
 def test_npz_read_by_timms_own_loader_and_ours_give_the_same_logits(name, tmp_path, record_parity):
     path = _save_npz(_timm_model(name, seed=1), tmp_path / "model.npz")
     reference = _timm_model(name, seed=2)
@@ -171,21 +173,25 @@ def test_a_distilled_deit_gives_timms_logits_and_each_heads(tmp_path, record_par
 @pytest.mark.parametrize(
     "name, size",
     [
-        ("vit_base_patch16_gap_224", 64),  # no [cls]: LayerNorm, then the patch mean
+        ("vit_base_patch16_gap_224", 64),  # no [cls]: LayerNorm, then the patch mean (2 blocks)
         ("vit_medium_patch16_reg4_gap_256", 64),  # registers, LayerScale, patch mean, fc_norm
         ("vit_small_patch14_reg4_dinov2", 56),  # [cls] and registers, LayerScale
     ],
 )
 def test_register_and_gap_checkpoints_give_timms_logits(name, size, tmp_path, record_parity):
-    """Each layout at a small image size (a few tokens keep the suite fast on 2 cores)."""
-    reference = _timm_model(name, num_classes=10, img_size=size)
+    """Each layout at a small image size (a few tokens keep the suite fast on 2 cores); the
+    ViT-B with 2 of its 12 blocks."""
+    depth = {"depth": 2} if name == "vit_base_patch16_gap_224" else {}
+    reference = _timm_model(name, num_classes=10, img_size=size, **depth)
     with torch.no_grad():  # trained-like LayerScale, where the model has it
         for block in reference.blocks:
             for scale in (block.ls1, block.ls2):
                 if hasattr(scale, "gamma"):
                     scale.gamma.uniform_(0.5, 1.5)
     path = _save_safetensors(reference, tmp_path / "model.safetensors")
-    model = keras_vit.load_weights(keras_vit.create_model(name, num_classes=10, image_size=size), path)
+    model = keras_vit.load_weights(
+        keras_vit.create_model(name, num_classes=10, image_size=size, **depth), path
+    )
     images = _images(size, batch=1)
     expected = _timm_logits(reference, images)
     assert np.abs(expected).max() > 0.1

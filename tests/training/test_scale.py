@@ -42,41 +42,77 @@ def _free_port():
         return s.getsockname()[1]
 
 
-@pytest.mark.parametrize(
-    "backend, strategy, job, says",
-    [
-        ("jax", "multi-worker", {}, "KERAS_DISTRIBUTION_JOB_ADDRESSES and KERAS_DISTRIBUTION_NUM_PROCESSES"),
-        (
-            "jax",
-            "multi-worker",
-            {JOB[0]: "127.0.0.1:1234,127.0.0.1:1235", JOB[1]: "3", JOB[2]: "0"},
-            "lists 2 addresses and KERAS_DISTRIBUTION_NUM_PROCESSES is 3",
-        ),
-        ("jax", "multi-worker", {JOB[0]: "127.0.0.1:1234", JOB[1]: "2", JOB[2]: "2"}, "from 0 to"),
-        ("tensorflow", "model-parallel", {}, "needs KERAS_BACKEND=jax"),
-        # The variables without --strategy multi-worker: two processes would train apart, both
-        # writing one run folder.
-        ("jax", "auto", {JOB[0]: "127.0.0.1:1234", JOB[1]: "2", JOB[2]: "1"}, "pass --strategy multi-worker"),
-        # A global batch of 8 over 3 devices: JAX cannot split it.
-        (
-            "jax",
-            "mirrored",
-            {"XLA_FLAGS": with_xla_flags("--xla_force_host_platform_device_count=3")},
-            "--batch-size 8 does not split evenly over the 3 devices",
-        ),
-    ],
-)
+# Jobs that cannot start, on JAX: (--strategy, the job's variables, what the one line says).
+JAX_REFUSALS = [
+    ("multi-worker", {}, "KERAS_DISTRIBUTION_JOB_ADDRESSES and KERAS_DISTRIBUTION_NUM_PROCESSES"),
+    (
+        "multi-worker",
+        {JOB[0]: "127.0.0.1:1234,127.0.0.1:1235", JOB[1]: "3", JOB[2]: "0"},
+        "lists 2 addresses and KERAS_DISTRIBUTION_NUM_PROCESSES is 3",
+    ),
+    ("multi-worker", {JOB[0]: "127.0.0.1:1234", JOB[1]: "2", JOB[2]: "2"}, "from 0 to"),
+    # The variables without --strategy multi-worker: two processes would train apart, both
+    # writing one run folder.
+    ("auto", {JOB[0]: "127.0.0.1:1234", JOB[1]: "2", JOB[2]: "1"}, "pass --strategy multi-worker"),
+    # A global batch of 8 over the process's 3 devices: JAX cannot split it.
+    ("mirrored", {}, "--batch-size 8 does not split evenly over the 3 devices"),
+]
+
+# One JAX process with 3 host devices runs every refusal above through the `keras-vit` script's
+# entry point, each with its own variables and its own standard error, captured at the descriptor
+# (native lines included, and the first case's start-up): a process per case cost ~7 s each.
+REFUSALS_IN_ONE_PROCESS = """
+import json, os, sys, tempfile
+results = []
+for argv, job in json.loads(sys.argv[1]):
+    for name in json.loads(sys.argv[2]):
+        os.environ.pop(name, None)
+    os.environ.update(job)
+    with tempfile.TemporaryFile("w+") as err:
+        sys.stderr.flush()
+        saved = os.dup(2)
+        os.dup2(err.fileno(), 2)
+        try:
+            import keras_vit_cli  # the `keras-vit` script's entry point: TensorFlow loads muted
+            code = keras_vit_cli.main(argv)
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+        err.seek(0)
+        results.append([code, err.read()])
+print(json.dumps(results))
+"""
+
+
 def test_a_job_that_cannot_start_is_refused_in_one_line_before_anything_is_built(
-    colors_dataset, tmp_path, backend, strategy, job, says
+    colors_dataset, tmp_path, capfd
 ):
+    def argv(strategy, index):
+        return ["train", "--dataset", colors_dataset, "--output", str(tmp_path / f"run{index}"),
+                "--strategy", strategy, "--batch-size", "8"]  # fmt: skip
+
+    cases = [(argv(strategy, i), job) for i, (strategy, job, _) in enumerate(JAX_REFUSALS)]
     result = subprocess.run(
-        _cli("train", "--dataset", colors_dataset, "--output", str(tmp_path / "run"), "--strategy", strategy,
-             "--batch-size", "8"),
-        env={**_env(backend), **job}, capture_output=True, text=True, timeout=HANG_SECONDS,
+        [sys.executable, "-c", REFUSALS_IN_ONE_PROCESS, json.dumps(cases), json.dumps(JOB)],
+        env={**_env(), "XLA_FLAGS": with_xla_flags("--xla_force_host_platform_device_count=3")},
+        capture_output=True, text=True, timeout=HANG_SECONDS,
     )  # fmt: skip
-    assert result.returncode == 1
-    assert result.stderr.strip().count("\n") == 0 and says in result.stderr, result.stderr
-    assert not (tmp_path / "run").exists()
+    assert result.returncode == 0, result.stderr[-3000:]
+    outcomes = json.loads(result.stdout.strip().splitlines()[-1])
+    for (strategy, job, says), (code, stderr) in zip(JAX_REFUSALS, outcomes, strict=True):
+        assert code == 1, (strategy, job, stderr)
+        assert stderr.strip().count("\n") == 0 and says in stderr, (strategy, job, stderr)
+    assert not any(tmp_path.iterdir())  # no run folder begun
+
+    # On TensorFlow (this process's backend): model-parallel is JAX's.
+    from keras_vit.cli import main
+
+    capfd.readouterr()
+    code = main(argv("model-parallel", "_tf"))
+    stderr = capfd.readouterr().err
+    assert code == 1 and stderr.strip().count("\n") == 0 and "needs KERAS_BACKEND=jax" in stderr, stderr
+    assert not any(tmp_path.iterdir())
 
 
 # One process of a job (or a run alone): trains with `train` and writes its final weights.
