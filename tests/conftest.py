@@ -289,28 +289,6 @@ def colour_teacher_tflite(colour_teacher, tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def kill_after_two_epochs():
-    """Starts a `keras-vit train` command and SIGKILLs it once its log holds two epochs."""
-    import signal
-    import subprocess
-    import time
-
-    def start_and_kill(command, env, output):
-        process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        log = output / "log.csv"
-        deadline = time.time() + HANG_SECONDS
-        while time.time() < deadline and process.poll() is None:
-            if log.exists() and len(log.read_text().splitlines()) >= 3:  # header + 2 epochs done
-                break
-            time.sleep(0.2)
-        assert process.poll() is None, "the run ended before it could be killed"
-        process.send_signal(signal.SIGKILL)
-        process.wait()
-
-    return start_and_kill
-
-
-@pytest.fixture(scope="session")
 def image_folder(tmp_path_factory):
     """20 real CIFAR-10 test images from the embedded dataset, as PNG files."""
     from keras_vit.data import datasets as data

@@ -1,4 +1,6 @@
-"""JAX as a training backend: the same CLI, run folder, resume and evaluation; exports under TensorFlow.
+"""JAX as a training backend: data-parallel over two devices (distilling from a TFLite teacher)
+and fused attention. (A JAX job's run folder resumed after a kill, evaluated under JAX and
+exported under TensorFlow: the two-process LoRA job in test_scale.py.)
 
 Each case runs in its own processes with `KERAS_BACKEND=jax` (Keras reads the
 backend once per process), on the CPU, with the suite's tiny model.
@@ -6,99 +8,18 @@ backend once per process), on the CPU, with the suite's tiny model.
 
 import json
 import os
-import re
 import subprocess
 import sys
 
-import keras
 import numpy as np
 import pytest
-from conftest import HANG_SECONDS, NATIVE_LOG_LINE, TINY_MODEL, with_xla_flags
+from conftest import HANG_SECONDS, TINY_MODEL, with_xla_flags
 
 pytest.importorskip("jax")
-
-# One block: the runs here compile with XLA four times, and what they test does not depend on depth.
-TINY_FLAGS = [f"--override={k}={v}" for k, v in dict(TINY_MODEL, depth=1).items()]
 
 
 def _env(backend, **extra):
     return dict(os.environ, KERAS_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="3", **extra)
-
-
-def _user_env(backend):
-    """A user's shell: no TF_CPP_MIN_LOG_LEVEL; the CLI keeps the frameworks' lines off itself."""
-    return {**{k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}, "KERAS_BACKEND": backend}
-
-
-def _assert_quiet(result):
-    assert not re.search(NATIVE_LOG_LINE, result.stderr), result.stderr[-3000:]
-
-
-def _cli(*args):
-    return [sys.executable, "-m", "keras_vit", *args]
-
-
-def test_a_lora_run_on_jax_resumes_exactly_after_sigkill_evaluates_and_exports_under_tensorflow(
-    colors_dataset, tmp_path, kill_after_two_epochs
-):
-    """`keras-vit train --lora-rank` on JAX, killed after two epochs and started again from a
-    user's shell, ends with the weights of an uninterrupted run (its backups hold the adapters and
-    their moments, not the merged kernels), evaluates under JAX, and its `.keras` exports under
-    TensorFlow, verified against Keras. (A whole model resuming on JAX: the two-process job in
-    test_scale.py; LoRA's layers, counts and merge: test_lora.py.)"""
-
-    def command(run):
-        return _cli(
-            "train", "--dataset", colors_dataset, "--output", str(run), "--epochs", "4", "--batch-size", "8",
-            "--validation-split", "0.25", "--backup-every-steps", "2", "--learning-rate", "3e-3",
-            "--lora-rank", "2", "--lora-targets", "attention,mlp", *TINY_FLAGS,
-        )  # fmt: skip
-
-    run = tmp_path / "run"
-    whole_log = tmp_path / "whole.err"  # a file, not a pipe nobody reads while the other run goes on
-    with open(whole_log, "w") as stderr:
-        whole = subprocess.Popen(command(tmp_path / "whole"), env=_env("jax"), stderr=stderr)
-    kill_after_two_epochs(command(run), _env("jax"), run)
-    assert os.listdir(run / "backup") and not (run / "history.json").exists()
-
-    finished = subprocess.run(
-        command(run), env=_user_env("jax"), capture_output=True, text=True, timeout=HANG_SECONDS
-    )
-    assert finished.returncode == 0, finished.stderr[-3000:]
-    assert whole.wait(timeout=HANG_SECONDS) == 0, whole_log.read_text()[-3000:]
-    _assert_quiet(finished)
-    summary = json.loads((run / "history.json").read_text())
-    assert summary["backend"] == "jax"
-    assert summary["optimizer_steps"] == summary["steps"] == 4 * (54 // 8)
-    assert len(summary["history"]["loss"]) == 4
-    assert {"model.keras", "class_names.json", "preprocessing.json", "training.png"} <= set(os.listdir(run))
-    resumed, uninterrupted = (
-        keras.models.load_model(folder / "model.keras") for folder in (run, tmp_path / "whole")
-    )
-    for a, b in zip(resumed.weights, uninterrupted.weights, strict=True):
-        np.testing.assert_allclose(np.array(a), np.array(b), atol=1e-6, err_msg=a.path)
-
-    evaluated = subprocess.run(
-        _cli("evaluate", str(run), "--json"),
-        env=_user_env("jax"),
-        capture_output=True,
-        text=True,
-        timeout=HANG_SECONDS,
-    )
-    assert evaluated.returncode == 0, evaluated.stderr[-3000:]
-    _assert_quiet(evaluated)
-    assert json.loads(evaluated.stdout)["top1"] >= 0.9  # three colours are easy
-
-    # The .keras written under JAX exports under TensorFlow, verified against Keras.
-    exported = subprocess.run(
-        _cli("export", str(run), "--output", str(tmp_path / "exports"), "--format", "tflite",
-             "--quantize", "none", "--json"),
-        env=_user_env("tensorflow"), capture_output=True, text=True, timeout=HANG_SECONDS,
-    )  # fmt: skip
-    assert exported.returncode == 0, exported.stderr[-3000:]
-    _assert_quiet(exported)
-    verification = json.loads(exported.stdout)["verification"]
-    assert verification["passed"] and verification["results"]["tflite_fp32"]["meets_target"]
 
 
 # One JAX process for the two checks below (each process spends seconds importing JAX, Keras and

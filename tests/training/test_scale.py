@@ -7,6 +7,7 @@ count and distributed runtime are set before it starts), with the suite's tiny m
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -15,7 +16,7 @@ import time
 
 import numpy as np
 import pytest
-from conftest import HANG_SECONDS, TINY_MODEL, with_xla_flags
+from conftest import HANG_SECONDS, NATIVE_LOG_LINE, TINY_MODEL, with_xla_flags
 
 pytest.importorskip("jax")
 
@@ -30,6 +31,12 @@ JOB = (
 def _env(backend="jax", **extra):
     env = {k: v for k, v in os.environ.items() if k not in JOB}
     return dict(env, KERAS_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="3", **extra)
+
+
+def _user_env(backend="jax"):
+    """A user's shell: no TF_CPP_MIN_LOG_LEVEL; the CLI keeps the frameworks' lines off itself."""
+    env = {k: v for k, v in os.environ.items() if k not in (*JOB, "TF_CPP_MIN_LOG_LEVEL")}
+    return dict(env, KERAS_BACKEND=backend)
 
 
 def _cli(*args):
@@ -132,16 +139,21 @@ def _weights(path):
         return [saved[f"arr_{i}"] for i in range(len(saved.files))]
 
 
-def test_two_jax_processes_train_as_one_stop_together_when_one_is_killed_and_resume_exactly(
+def test_two_jax_processes_train_lora_as_one_stop_together_when_one_is_killed_resume_exactly_and_export(
     colors_dataset, tmp_path
 ):
-    """Two processes on 127.0.0.1, one CPU device each, gloo collectives: each reads half of every
-    global batch of 8, and only process 0 writes the shared run folder. Killed mid-run, the other
-    process stops with one line; both started again resume from the backup and end with the same
-    weights, equal to one process's with the same global batch."""
+    """Two processes on 127.0.0.1, one CPU device each, gloo collectives, started from a user's
+    shell: each reads half of every global batch of 8, and only process 0 writes the shared run
+    folder. They train LoRA adapters (rank 2, attention and MLP), whose backups hold the adapters
+    and their moments, not merged kernels. Killed mid-run, the other process stops with one line;
+    both started again resume from the backup and end with the same weights, equal to one
+    process's uninterrupted run with the same global batch (at 3e-3 a lost moment would move
+    them by about that much). The run folder then evaluates under JAX, and its `.keras` exports
+    under TensorFlow, verified against Keras. (LoRA's layers, counts and merge: test_lora.py.)"""
+    lora = dict(lora_rank=2, lora_targets="attention,mlp", learning_rate=3e-3)
     settings = dict(
         dataset=colors_dataset, epochs=3, batch_size=8, validation_split=0.25, backup_every_steps=2,
-        overrides=TINY_MODEL, dropout=0.1,
+        overrides=TINY_MODEL, dropout=0.1, **lora,
     )  # fmt: skip
     run = tmp_path / "job"
     port = _free_port()
@@ -149,12 +161,13 @@ def test_two_jax_processes_train_as_one_stop_together_when_one_is_killed_and_res
     command = _cli(
         "train", "--dataset", colors_dataset, "--output", str(run), "--epochs", "3", "--batch-size", "8",
         "--validation-split", "0.25", "--backup-every-steps", "2", "--dropout", "0.1", *TINY_FLAGS,
-        "--strategy", "multi-worker",
+        "--strategy", "multi-worker", "--lora-rank", "2", "--lora-targets", "attention,mlp",
+        "--learning-rate", "3e-3",
     )  # fmt: skip
     processes = [
         subprocess.Popen(
             command,
-            env={**_env(), **job, JOB[2]: str(i)},
+            env={**_user_env(), **job, JOB[2]: str(i)},
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,
@@ -177,7 +190,8 @@ def test_two_jax_processes_train_as_one_stop_together_when_one_is_killed_and_res
     assert processes[0].returncode == 1
     assert time.time() - killed < 60  # JAX's heartbeat (10 s) notices it
     assert "process 0 of 2 stopped: another process of the job stopped" in stderr
-    assert stderr.strip().count("\n") == 0, stderr  # one line: no traceback, no native abort
+    # One line, in a user's shell (no TF_CPP_MIN_LOG_LEVEL): no traceback, no native line.
+    assert stderr.strip().count("\n") == 0, stderr
     assert not (run / "history.json").exists()
 
     # Both started again: they resume from the backup and finish.
@@ -207,7 +221,31 @@ def test_two_jax_processes_train_as_one_stop_together_when_one_is_killed_and_res
     for a, b, c in zip(first, second, one, strict=True):
         np.testing.assert_array_equal(a, b)
         np.testing.assert_allclose(a, c, atol=1e-4)
-    assert json.loads((run / "history.json").read_text())["steps"] == 3 * (54 // 8)  # written by process 0
+    summary = json.loads((run / "history.json").read_text())  # written by process 0
+    assert summary["steps"] == 3 * (54 // 8) and summary["backend"] == "jax"
+    assert {"model.keras", "class_names.json", "preprocessing.json", "training.png"} <= set(os.listdir(run))
+
+    evaluated = subprocess.run(
+        _cli("evaluate", str(run), "--json"),
+        env=_user_env(),
+        capture_output=True,
+        text=True,
+        timeout=HANG_SECONDS,
+    )
+    assert evaluated.returncode == 0, evaluated.stderr[-3000:]
+    assert not re.search(NATIVE_LOG_LINE, evaluated.stderr), evaluated.stderr[-3000:]
+    assert json.loads(evaluated.stdout)["top1"] >= 0.9  # three colours are easy
+
+    # The .keras written under JAX exports under TensorFlow, verified against Keras.
+    exported = subprocess.run(
+        _cli("export", str(run), "--output", str(tmp_path / "exports"), "--format", "tflite",
+             "--quantize", "none", "--json"),
+        env=_user_env("tensorflow"), capture_output=True, text=True, timeout=HANG_SECONDS,
+    )  # fmt: skip
+    assert exported.returncode == 0, exported.stderr[-3000:]
+    assert not re.search(NATIVE_LOG_LINE, exported.stderr), exported.stderr[-3000:]
+    verification = json.loads(exported.stdout)["verification"]
+    assert verification["passed"] and verification["results"]["tflite_fp32"]["meets_target"]
 
 
 # One process with 4 host devices: one device, then model-parallel with --remat; that run's
