@@ -15,6 +15,11 @@ Recipes (`--recipes`):
   the float op before (norm1 for QKV, norm2 for fc1, V's columns for proj, the final norm for the
   head): alpha from 0 to 1 by the least layer-output error on the calibration inputs (AWQ,
   Lin et al., 2024); exact in float;
+- `adaround`: AdaRound (Nagel et al., 2020): each weight rounded up or down as a continuous
+  variable learns, minimising the layer's output error on the calibration inputs (in the
+  Hessian form `tr(dW^T E[x^T x] dW)`, so every calibration token counts) plus a regulariser that
+  drives each variable to 0 or 1 (beta annealed from 20 to 2 after a fifth of the steps), Adam;
+  `adaround-s2000-r0.03` sets the steps and the regulariser's weight (1000 and 0.01 by default);
 - `float_K`: the K kernels whose rounding alone moves the calibration photos' probabilities most
   (KL divergence) kept in float, the others `rtn`.
 
@@ -25,7 +30,7 @@ probabilities, a finer measure than flips on a thousand photos.
     unzip ../shared/datasets/imagenette2_224_val.zip -d /tmp/imagenette
     HF_HUB_OFFLINE=1 python benchmarks/int8_weights.py --dataset /tmp/imagenette/imagenette2_224/val
 
-One JSON line per recipe; docs/benchmarks/int8.md (ninth pass) reports them.
+One JSON line per recipe; docs/benchmarks/int8.md (ninth and twelfth passes) reports them.
 """
 
 import argparse
@@ -71,6 +76,37 @@ def gptq(kernel, hessian, damping=0.01):
     result = np.empty_like(rounded)
     result[:, order] = rounded
     return result.T
+
+
+def adaround(kernel, hessian, steps=1000, regulariser=0.01, learning_rate=1e-2):
+    """AdaRound in the Hessian form: the per-channel int8 grid of `round_to_nearest`, each weight
+    rounded down or up by a learned choice. Gradients by hand (the loss is a quadratic form)."""
+    kernel = kernel.astype(np.float32)
+    hessian = hessian.astype(np.float32)
+    scale = (np.abs(kernel).max(0) / LEVELS).astype(np.float32)
+    scale[scale == 0] = 1
+    low = np.floor(kernel / scale)
+    rest = np.clip(kernel / scale - low, 0.01, 0.99)
+    zeta, gamma = 1.1, -0.1  # the rectified sigmoid's stretch
+    v = -np.log((zeta - gamma) / (rest - gamma) - 1)  # starts where rounding to nearest would choose
+    first, second = np.zeros_like(v), np.zeros_like(v)
+    warmup = steps // 5
+    for step in range(1, steps + 1):
+        sigmoid = 1 / (1 + np.exp(-v))
+        stretched = sigmoid * (zeta - gamma) + gamma
+        up = np.clip(stretched, 0, 1)
+        delta = (low + up) * scale - kernel
+        gradient = 2 * (hessian @ delta) * scale  # d tr(dW^T H dW) / d up
+        if step > warmup:
+            beta = 20 + (2 - 20) * (step - warmup) / (steps - warmup)
+            centred = 2 * up - 1
+            gradient += regulariser * -2 * beta * np.abs(centred) ** (beta - 1) * np.sign(centred)
+        gradient *= ((stretched > 0) & (stretched < 1)) * sigmoid * (1 - sigmoid) * (zeta - gamma)
+        first = 0.9 * first + 0.1 * gradient
+        second = 0.999 * second + 0.001 * gradient**2
+        v -= learning_rate * (first / (1 - 0.9**step)) / (np.sqrt(second / (1 - 0.999**step)) + 1e-8)
+    up = (1 / (1 + np.exp(-v))) * (zeta - gamma) + gamma >= 0.5
+    return (np.clip(low + up, -LEVELS, LEVELS) * scale).astype(np.float64)
 
 
 def dense_layers(model):
@@ -165,7 +201,15 @@ def quantise(model, inputs, recipe, kept=()):
             continue
         kernel = np.asarray(layer.kernel, np.float64)
         mean, hessian, _ = inputs[layer.path]
-        rounded = gptq(kernel, hessian) if recipe == "gptq" else round_to_nearest(kernel)
+        if recipe == "gptq":
+            rounded = gptq(kernel, hessian)
+        elif recipe.startswith("adaround"):  # adaround-s2000-r0.03: 2000 steps, regulariser 0.03
+            options = {part[0]: float(part[1:]) for part in recipe.split("-")[1:]}
+            rounded = adaround(
+                kernel, hessian, steps=int(options.get("s", 1000)), regulariser=options.get("r", 0.01)
+            )
+        else:
+            rounded = round_to_nearest(kernel)
         layer.kernel.assign(rounded.astype("float32"))
         if recipe == "bias" and layer.use_bias:
             layer.bias.assign(

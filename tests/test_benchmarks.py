@@ -465,6 +465,27 @@ def test_gptq_rounds_a_kernel_closer_to_its_outputs_than_rounding_to_nearest():
     assert error(rounded) < 0.5 * error(nearest)
 
 
+def test_adaround_rounds_each_weight_down_or_up_and_closer_to_the_outputs_than_rounding_to_nearest():
+    """`benchmarks/int8_weights.py`: AdaRound keeps every weight on its channel's int8 grid, one of
+    the two steps around it, and on correlated inputs changes the layer's outputs less than
+    round-to-nearest does."""
+    import int8_weights
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(2000, 16)) @ rng.normal(size=(16, 48))  # 48 inputs of rank 16
+    kernel = rng.normal(size=(48, 24)) * 0.05
+    nearest = int8_weights.round_to_nearest(kernel)
+    rounded = int8_weights.adaround(kernel, x.T @ x / len(x))
+    scale = np.abs(kernel).max(0) / 127
+    steps = rounded / scale
+    assert np.allclose(steps, np.round(steps), atol=1e-3) and np.abs(np.round(steps)).max() <= 127
+    assert np.all(np.abs(np.round(steps) - kernel / scale) < 1)  # down or up, never further
+    assert np.mean(np.round(steps) != np.round(kernel / scale)) > 0.01  # it chose, not copied
+    error = lambda w: np.mean((x @ (w - kernel)) ** 2)  # noqa: E731
+    assert error(rounded) < 0.5 * error(nearest)
+
+
 def test_the_awq_scaling_keeps_a_vits_float_answers():
     """Scaling each kernel's input channels and folding the inverse into the norm or V before
     changes nothing in float, whatever alpha each kernel gets."""
