@@ -447,18 +447,26 @@ def test_tflite_latency_counts_the_ops_xnnpack_takes(tmp_path):
     assert outside == 1 and partitions == 2 and taken >= 4
 
 
+def _correlated_layer():
+    """A kernel (48 inputs, 24 outputs), inputs of rank 16 that correlate its rows, and the
+    kernel's per-channel int8 step."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(2000, 16)) @ rng.normal(size=(16, 48))
+    kernel = rng.normal(size=(48, 24)) * 0.05
+    return x, kernel, np.abs(kernel).max(0) / 127
+
+
 def test_gptq_rounds_a_kernel_closer_to_its_outputs_than_rounding_to_nearest():
     """`benchmarks/int8_weights.py`: on correlated inputs GPTQ's rounding, still on the int8 grid
     of each output channel, changes the layer's outputs less than round-to-nearest does."""
     import int8_weights
     import numpy as np
 
-    rng = np.random.default_rng(0)
-    x = rng.normal(size=(2000, 16)) @ rng.normal(size=(16, 48))  # 48 inputs of rank 16
-    kernel = rng.normal(size=(48, 24)) * 0.05
+    x, kernel, scale = _correlated_layer()
     nearest = int8_weights.round_to_nearest(kernel)
     rounded = int8_weights.gptq(kernel, x.T @ x / len(x))
-    scale = np.abs(kernel).max(0) / 127
     steps = rounded / scale
     assert np.allclose(steps, np.round(steps)) and np.abs(np.round(steps)).max() <= 127
     error = lambda w: np.mean((x @ (w - kernel)) ** 2)  # noqa: E731
@@ -472,12 +480,9 @@ def test_adaround_rounds_each_weight_down_or_up_and_closer_to_the_outputs_than_r
     import int8_weights
     import numpy as np
 
-    rng = np.random.default_rng(0)
-    x = rng.normal(size=(2000, 16)) @ rng.normal(size=(16, 48))  # 48 inputs of rank 16
-    kernel = rng.normal(size=(48, 24)) * 0.05
+    x, kernel, scale = _correlated_layer()
     nearest = int8_weights.round_to_nearest(kernel)
     rounded = int8_weights.adaround(kernel, x.T @ x / len(x))
-    scale = np.abs(kernel).max(0) / 127
     steps = rounded / scale
     assert np.allclose(steps, np.round(steps), atol=1e-3) and np.abs(np.round(steps)).max() <= 127
     assert np.all(np.abs(np.round(steps) - kernel / scale) < 1)  # down or up, never further
