@@ -321,13 +321,19 @@ def test_timms_train_time_rotary_augmentations_move_positions_in_training_only(k
     assert moved.max() > 1e-2
 
 
-@pytest.mark.parametrize("rotate_half", [False, True], ids=["interleaved pairs", "halves"])
-def test_the_rotation_equals_timms_formula_to_the_bit(rotate_half):
+@pytest.mark.parametrize(
+    "rotate_half, by_product",
+    [(False, True), (False, False), (True, False)],
+    ids=["interleaved pairs, TensorFlow's product", "interleaved pairs, JAX's flip", "halves"],
+)
+def test_the_rotation_equals_timms_formula_to_the_bit(rotate_half, by_product, monkeypatch):
     """`rotate`: `x * cos + rot(x) * sin`, timm's `rot` (EVA02's interleaved pairs `(a, b) -> (-b, a)`,
-    or `rotate_half`'s halves). The interleaved swap is a product by a permutation matrix (one
-    FULLY_CONNECTED where a split and a concatenation over an axis of 2 were slow): still exact."""
-    from keras_vit.model.eva.layers import rotate
+    or `rotate_half`'s halves). The interleaved swap is a product by a permutation matrix on
+    TensorFlow (one FULLY_CONNECTED in the exports, where a split and a concatenation over an axis
+    of 2 were slow) and a flip of each pair on JAX: both exact."""
+    from keras_vit.model.eva import layers
 
+    monkeypatch.setattr(layers, "swaps_pairs_by_product", lambda: by_product)
     rng = np.random.default_rng(5)
     x = rng.normal(size=(2, 3, 17, 16)).astype("float32")
     sin, cos = rng.normal(size=(2, 1, 17, 16)).astype("float32")
@@ -336,4 +342,4 @@ def test_the_rotation_equals_timms_formula_to_the_bit(rotate_half):
     else:
         swapped = np.stack([-x[..., 1::2], x[..., ::2]], axis=-1).reshape(x.shape)
     expected = x * cos + swapped * sin
-    np.testing.assert_array_equal(ops.convert_to_numpy(rotate(x, sin, cos, rotate_half)), expected)
+    np.testing.assert_array_equal(ops.convert_to_numpy(layers.rotate(x, sin, cos, rotate_half)), expected)

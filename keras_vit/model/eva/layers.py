@@ -3,8 +3,9 @@ position embeddings, the rotary embedding, the attention with rotary positions, 
 (SwiGLU, sub-LN, LayerScale, post-norm), as timm's `eva.py` builds them.
 
 The rotation is builtin-friendly: constant sin/cos tables for the model's grid, the rotated
-pairs swapped by a product with a constant permutation matrix (interleaved, EVA02's `rot()`) or
-two slices and a concatenation (halves, `rope_rotate_half`); never a gather or a roll, at most 5-D.
+pairs swapped by a product with a constant permutation matrix on TensorFlow, whose graphs the
+exports convert, or flipped in place on JAX (interleaved, EVA02's `rot()`), or two slices and a
+concatenation (halves, `rope_rotate_half`); never a gather or a roll, at most 5-D.
 
 Each layer stores its constructor arguments under `# === Config ===`, builds its sublayers with
 `dtype=self.dtype_policy` and returns every argument from `get_config`.
@@ -309,6 +310,15 @@ class RotaryEmbedding(keras.layers.Layer):
         return config
 
 
+def swaps_pairs_by_product():
+    """Whether `rotate` swaps interleaved pairs by a product with a permutation matrix: on
+    TensorFlow, whose graphs the TFLite and ONNX exports convert (LiteRT runs a split and a
+    concatenation over an axis of 2 element by element: 11% of a ROPE-ViT-S's time). JAX, which
+    trains on GPUs, flips each pair instead: no product to pay for in every step, and none to
+    round where float32 products take TF32."""
+    return keras.backend.backend() == "tensorflow"
+
+
 def rotate(x, sin, cos, rotate_half):
     """`x * cos + rot(x) * sin` over the last axis: `rot` swaps each pair `(a, b)` to `(-b, a)`,
     pairs being neighbours (interleaved) or the two halves (`rotate_half`). The minus goes into
@@ -320,12 +330,14 @@ def rotate(x, sin, cos, rotate_half):
         swapped = ops.concatenate([second, first], axis=-1)
         signs = np.repeat([-1.0, 1.0], width // 2)
     else:
-        # Each pair's two values swapped by a constant permutation matrix (row i is e_{i xor 1}):
-        # one product, where a split and a concatenation over an axis of 2 took 11% of a
-        # ROPE-ViT-S's TFLite time. Exact: each output is one input times 1, plus zeros.
-        permutation = np.eye(width, dtype=np.float32)[np.arange(width) ^ 1]
-        with keras.name_scope("rotary_swap"):  # the family's "rotary embedding" op group finds it
-            swapped = ops.matmul(x, ops.cast(permutation, x.dtype))
+        if swaps_pairs_by_product():
+            # Row i of the permutation is e_{i xor 1}. Exact: each output is one input times 1, plus zeros.
+            permutation = np.eye(width, dtype=np.float32)[np.arange(width) ^ 1]
+            with keras.name_scope("rotary_swap"):  # the family's "rotary embedding" op group finds it
+                swapped = ops.matmul(x, ops.cast(permutation, x.dtype))
+        else:  # (..., width) as (..., width / 2, 2): each pair flipped, and back
+            pairs = ops.reshape(x, (-1, x.shape[1], ops.shape(x)[2], width // 2, 2))
+            swapped = ops.reshape(ops.flip(pairs, axis=-1), ops.shape(x))
         signs = np.tile([-1.0, 1.0], width // 2)
     return x * cos + swapped * (sin * ops.cast(signs, sin.dtype))
 
