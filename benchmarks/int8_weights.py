@@ -49,15 +49,20 @@ import keras_vit  # noqa: E402
 LEVELS = 127  # symmetric int8: -127..127, as TFLite's int8 weights
 
 
-def round_to_nearest(kernel):
-    scale = np.abs(kernel).max(0) / LEVELS  # per output channel (the kernel is (inputs, outputs))
+def channel_scale(kernel):
+    """Each output channel's int8 step (the kernel is (inputs, outputs)): its largest |w| / 127."""
+    scale = np.abs(kernel).max(0) / LEVELS
     scale[scale == 0] = 1
+    return scale
+
+
+def round_to_nearest(kernel):
+    scale = channel_scale(kernel)
     return np.clip(np.round(kernel / scale), -LEVELS, LEVELS) * scale
 
 
 def gptq(kernel, hessian, damping=0.01):
-    scale = np.abs(kernel).max(0) / LEVELS
-    scale[scale == 0] = 1
+    scale = channel_scale(kernel)
     w = kernel.T.copy()  # (outputs, inputs): one column per input channel
     h = hessian.copy()
     dead = np.diag(h) == 0
@@ -83,8 +88,7 @@ def adaround(kernel, hessian, steps=1000, regulariser=0.01, learning_rate=1e-2):
     rounded down or up by a learned choice. Gradients by hand (the loss is a quadratic form)."""
     kernel = kernel.astype(np.float32)
     hessian = hessian.astype(np.float32)
-    scale = (np.abs(kernel).max(0) / LEVELS).astype(np.float32)
-    scale[scale == 0] = 1
+    scale = channel_scale(kernel)
     low = np.floor(kernel / scale)
     rest = np.clip(kernel / scale - low, 0.01, 0.99)
     zeta, gamma = 1.1, -0.1  # the rectified sigmoid's stretch

@@ -29,12 +29,12 @@ tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfigur
 import keras_vit.training.distribute as d
 from keras_vit.training.train import train
 from keras_vit.training.config import TrainConfig
-product_strategy = d._tf_strategy
+keras_vits_strategy = d._tf_strategy
 both_cpus = lambda name: d.mirrored_strategy(("/cpu:0", "/cpu:1"))
 results = {}
 for key, config in json.loads(sys.argv[1]).items():  # each run seeds itself
     mirrored = config["strategy"] == "mirrored"
-    d._tf_strategy = both_cpus if mirrored else product_strategy
+    d._tf_strategy = both_cpus if mirrored else keras_vits_strategy
     summary = train(TrainConfig(**config)).summary
     results[key] = {"optimizer_steps": summary["optimizer_steps"], "loss": summary["history"]["loss"]}
 print(json.dumps(results))
