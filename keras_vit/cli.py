@@ -63,14 +63,14 @@ def _models(args):
 
 
 def _train(args):
+    if args.supervise:  # before training's imports, which load TensorFlow
+        from keras_vit.training import jax_job
+
+        return jax_job.supervise(args.argv, verbose=args.verbose)
     import dataclasses
 
-    from keras_vit.training import jax_job
     from keras_vit.training.config import TrainConfig
     from keras_vit.training.train import train
-
-    if _job_to_supervise(args):
-        return jax_job.supervise(args.argv, verbose=args.verbose)
 
     fields = {f.name for f in dataclasses.fields(TrainConfig)}
     values = {k: v for k, v in vars(args).items() if k in fields and v is not None}
@@ -86,19 +86,23 @@ def _train(args):
     return 0
 
 
-def _job_to_supervise(args):
-    """A JAX job across processes trains in a child of this process (`jax_job.supervise`): its
-    runtime aborts a process whose peer died, and the parent turns that into one line."""
+def _trains_in_this_process(args):
+    """`train`'s uses_keras. A JAX job across processes trains in a child of this process
+    (`jax_job.supervise`): its runtime aborts a process whose peer died, and the parent turns
+    that into one line. The parent only starts and watches the child, so it loads no TensorFlow.
+    Sets `args.supervise` for `_train`."""
     from keras_vit.training import jax_job
 
+    args.supervise = False
     if args.strategy != "multi-worker" or os.environ.get(jax_job.CHILD):
-        return False
-    import keras
-
+        return True
+    with framework_logs.native_lines_muted():  # on the TensorFlow backend, Keras loads it
+        import keras
     if keras.backend.backend() != "jax":
-        return False
+        return True
     jax_job.read()  # a missing or inconsistent variable: one line, before a child starts
-    return True
+    args.supervise = True
+    return False
 
 
 def _pretrained_models(args):
@@ -528,7 +532,8 @@ def build_parser():
         return parser
 
     _add_models_arguments(command("models", _models, uses_keras=False, help="list the named model configs"))
-    _add_train_arguments(command("train", _train, help="train or fine-tune a ViT (resumable)"))
+    train_help = "train or fine-tune a ViT (resumable)"
+    _add_train_arguments(command("train", _train, uses_keras=_trains_in_this_process, help=train_help))
     evaluate_help = "top-1, top-5, per-class accuracy, confusion matrix"
     _add_evaluate_arguments(
         command("evaluate", _evaluate, uses_keras=_model_needs_tensorflow, help=evaluate_help)
@@ -567,9 +572,11 @@ def main(argv=None):
     args = build_parser().parse_args(argv)
     args.argv = argv[1:]  # after the command's name
     try:
+        if not args.verbose:  # first, so that deciding what loads loads nothing loudly
+            framework_logs.quiet(load_frameworks=False)
         uses_keras = args.uses_keras(args) if callable(args.uses_keras) else args.uses_keras
-        if not args.verbose:
-            framework_logs.quiet(load_frameworks=uses_keras)
+        if uses_keras and not args.verbose:
+            framework_logs.quiet(load_frameworks=True)
         if uses_keras:  # registers every class a keras-vit `.keras` file can name
             from keras_vit.training import optimizers, training_model  # noqa: F401
         return args.run(args)

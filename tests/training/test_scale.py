@@ -68,8 +68,13 @@ JAX_REFUSALS = [
 # One JAX process with 3 host devices runs every refusal above through the `keras-vit` script's
 # entry point, each with its own variables and its own standard error, captured at the descriptor
 # (native lines included, and the first case's start-up): a process per case cost ~7 s each.
+# First, a job that can start: its process only supervises the one that trains
+# (`jax_job.supervise`, here a probe that answers 0 if TensorFlow is still not loaded).
 REFUSALS_IN_ONE_PROCESS = """
 import json, os, sys, tempfile
+import keras_vit_cli  # the `keras-vit` script's entry point: TensorFlow loads muted, if at all
+from keras_vit.training import jax_job
+jax_job.supervise = lambda argv, verbose=False: 0 if "tensorflow" not in sys.modules else 2
 results = []
 for argv, job in json.loads(sys.argv[1]):
     for name in json.loads(sys.argv[2]):
@@ -80,7 +85,6 @@ for argv, job in json.loads(sys.argv[1]):
         saved = os.dup(2)
         os.dup2(err.fileno(), 2)
         try:
-            import keras_vit_cli  # the `keras-vit` script's entry point: TensorFlow loads muted
             code = keras_vit_cli.main(argv)
         finally:
             sys.stderr.flush()
@@ -99,14 +103,16 @@ def test_a_job_that_cannot_start_is_refused_in_one_line_before_anything_is_built
         return ["train", "--dataset", colors_dataset, "--output", str(tmp_path / f"run{index}"),
                 "--strategy", strategy, "--batch-size", "8"]  # fmt: skip
 
-    cases = [(argv(strategy, i), job) for i, (strategy, job, _) in enumerate(JAX_REFUSALS)]
+    starts = ("multi-worker", {JOB[0]: "127.0.0.1:1234,127.0.0.1:1235", JOB[1]: "2", JOB[2]: "0"}, "")
+    cases = [(argv(strategy, i), job) for i, (strategy, job, _) in enumerate([starts, *JAX_REFUSALS])]
     result = subprocess.run(
         [sys.executable, "-c", REFUSALS_IN_ONE_PROCESS, json.dumps(cases), json.dumps(JOB)],
         env={**_env(), "XLA_FLAGS": with_xla_flags("--xla_force_host_platform_device_count=3")},
         capture_output=True, text=True, timeout=HANG_SECONDS,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
-    outcomes = json.loads(result.stdout.strip().splitlines()[-1])
+    (supervised, supervised_stderr), *outcomes = json.loads(result.stdout.strip().splitlines()[-1])
+    assert supervised == 0 and not supervised_stderr, "a job's supervising process loaded TensorFlow"
     for (strategy, job, says), (code, stderr) in zip(JAX_REFUSALS, outcomes, strict=True):
         assert code == 1, (strategy, job, stderr)
         assert stderr.strip().count("\n") == 0 and says in stderr, (strategy, job, stderr)
