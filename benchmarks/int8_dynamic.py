@@ -87,12 +87,14 @@ def with_fc2_hadamard(model, group=64, seed=None):
         rotation = np.kron(np.eye(rows // group), hadamard.astype(np.float64))
         fc2.kernel.assign((rotation.T @ np.asarray(fc2.kernel, np.float64)).astype("float32"))
 
-        def call(inputs, *args, original=fc2.call, **kwargs):
+        def call(inputs, *args, layer=fc2, **kwargs):
             with tf.name_scope("hadamard"):
                 rotated = ops.reshape(
                     ops.matmul(ops.reshape(inputs, (-1, group)), hadamard), ops.shape(inputs)
                 )
-            return original(rotated, *args, **kwargs)
+            # The class's call as it is now: `int8_weights.py` records and quantises Dense inputs
+            # by patching it, and must see fc2's rotated input.
+            return type(layer).call(layer, rotated, *args, **kwargs)
 
         fc2.call = call
     return model
@@ -206,6 +208,12 @@ def main():
     parser.add_argument("--images", type=int, default=1000, help="scored photos (more than there are: all)")
     parser.add_argument("--recipes", default=",".join(RECIPES))
     parser.add_argument("--save", default=None, help="a folder for fp32.tflite and each recipe's file")
+    parser.add_argument(
+        "--kernels",
+        default=None,
+        help="an .npz of kernels rounded beforehand (`int8_weights.py --save-kernels`, the same source "
+        "model), put in the recipes' float model: its min/max rounding then keeps them as they are",
+    )
     arguments = parser.parse_args()
 
     model = keras_vit.create_model(MODEL, pretrained=True)
@@ -247,6 +255,16 @@ def main():
         start = time.perf_counter()
         if source not in float_models:
             built = sources[source]()
+            if arguments.kernels:
+                with np.load(arguments.kernels) as saved:
+                    kernels = {path for path in saved.files if not path.endswith("/bias")}
+                    for dense in built._flatten_layers():
+                        if dense.path in kernels:
+                            dense.kernel.assign(saved[dense.path])
+                            dense.bias.assign(saved[dense.path + "/bias"])
+                            kernels.remove(dense.path)
+                if kernels:
+                    raise SystemExit(f"{source} has no layers {sorted(kernels)} for {arguments.kernels}")
             exact = float(np.abs(keras_probabilities(built, images[:50]) - reference[:50]).max())
             float_models[source] = (fp32(load_classifier(built)), exact)
         float_model, exact = float_models[source]
@@ -265,6 +283,7 @@ def main():
         flips = int((predicted.argmax(1) != reference.argmax(1)).sum())
         row = {
             "recipe": name,
+            "kernels": arguments.kernels,
             "agreement": 1 - flips / len(images),
             "flips": flips,
             "accuracy": float((predicted.argmax(1) == labels).mean()),

@@ -3,8 +3,9 @@
 
 Every recipe here rounds the Dense kernels (QKV, proj, fc1, fc2, head) to int8 per output
 channel, symmetric, as ai-edge-quantizer's weight-only and dynamic-range recipes do, and keeps
-activations in float: in Keras, so a recipe is a few seconds and its answers are those of a
-TFLite weight-only file (`int8_dynamic.py --recipes weight_only` agrees on the same photos).
+activations in float (unless `--dynamic`, below): in Keras, so a recipe is a few seconds and its
+answers are those of a TFLite weight-only file (`int8_dynamic.py --recipes weight_only` agrees
+on the same photos).
 Recipes (`--recipes`):
 - `rtn`: round to nearest, the scale from the channel's largest |w| (min/max);
 - `bias`: the same, and each bias corrected by the rounding's mean effect on the calibration
@@ -20,8 +21,19 @@ Recipes (`--recipes`):
   Hessian form `tr(dW^T E[x^T x] dW)`, so every calibration token counts) plus a regulariser that
   drives each variable to 0 or 1 (beta annealed from 20 to 2 after a fifth of the steps), Adam;
   `adaround-s2000-r0.03` sets the steps and the regulariser's weight (1000 and 0.01 by default);
+- `seq-adaround` (`-bias`, `-s2000`, `-r0.03`): AdaRound kernel by kernel in the order of the
+  forward pass, each on the inputs of the model whose earlier kernels are already rounded, against
+  the float model's outputs (AdaRound's asymmetric reconstruction: the rounding also answers for
+  the error upstream); `-bias` then corrects each bias by the mean error left;
 - `float_K`: the K kernels whose rounding alone moves the calibration photos' probabilities most
   (KL divergence) kept in float, the others `rtn`.
+
+`--source rms_had64` rounds the kernels of `int8_dynamic.py`'s model of that name (the residual
+stream rotated offline, RMSNorms, fc2's input rotated in the graph), which a dynamic-range file
+rounds with no online rotation; `--dynamic` quantises every Dense input token by token as LiteRT's
+dynamic-range FULLY_CONNECTED does (`dynamic_inputs`), while scoring and, for `seq-adaround`,
+while rounding; `--save-kernels DIR` writes each recipe's kernels for
+`int8_dynamic.py --kernels`, which makes the TFLite file of them.
 
 Scored against the fp32 Keras model on the photos calibration did not use (the seeded
 permutation of `int8_rotation.py`): flips of the top-1 class, and the mean KL divergence of the
@@ -30,10 +42,12 @@ probabilities, a finer measure than flips on a thousand photos.
     unzip ../shared/datasets/imagenette2_224_val.zip -d /tmp/imagenette
     HF_HUB_OFFLINE=1 python benchmarks/int8_weights.py --dataset /tmp/imagenette/imagenette2_224/val
 
-One JSON line per recipe; docs/benchmarks/int8.md (ninth and twelfth passes) reports them.
+One JSON line per recipe; docs/benchmarks/int8.md (ninth, twelfth and thirteenth passes)
+reports them.
 """
 
 import argparse
+import contextlib
 import json
 import os
 import time
@@ -83,11 +97,15 @@ def gptq(kernel, hessian, damping=0.01):
     return result.T
 
 
-def adaround(kernel, hessian, steps=1000, regulariser=0.01, learning_rate=1e-2):
+def adaround(kernel, hessian, steps=1000, regulariser=0.01, learning_rate=1e-2, drift=None):
     """AdaRound in the Hessian form: the per-channel int8 grid of `round_to_nearest`, each weight
-    rounded down or up by a learned choice. Gradients by hand (the loss is a quadratic form)."""
+    rounded down or up by a learned choice. Gradients by hand (the loss is a quadratic form).
+
+    `drift`, `(E[q^T q] - E[q^T x]) W` for the quantised model's inputs `q` and the float model's
+    `x`, makes the loss `E|q W_q - x W|^2`: the rounding also answers for the error upstream."""
     kernel = kernel.astype(np.float32)
     hessian = hessian.astype(np.float32)
+    drift = 0 if drift is None else drift.astype(np.float32)
     scale = channel_scale(kernel)
     low = np.floor(kernel / scale)
     rest = np.clip(kernel / scale - low, 0.01, 0.99)
@@ -100,7 +118,7 @@ def adaround(kernel, hessian, steps=1000, regulariser=0.01, learning_rate=1e-2):
         stretched = sigmoid * (zeta - gamma) + gamma
         up = np.clip(stretched, 0, 1)
         delta = (low + up) * scale - kernel
-        gradient = 2 * (hessian @ delta) * scale  # d tr(dW^T H dW) / d up
+        gradient = 2 * (hessian @ delta + drift) * scale  # d tr(dW^T H dW) / d up
         if step > warmup:
             beta = 20 + (2 - 20) * (step - warmup) / (steps - warmup)
             centred = 2 * up - 1
@@ -110,7 +128,35 @@ def adaround(kernel, hessian, steps=1000, regulariser=0.01, learning_rate=1e-2):
         second = 0.999 * second + 0.001 * gradient**2
         v -= learning_rate * (first / (1 - 0.9**step)) / (np.sqrt(second / (1 - 0.999**step)) + 1e-8)
     up = (1 / (1 + np.exp(-v))) * (zeta - gamma) + gamma >= 0.5
-    return (np.clip(low + up, -LEVELS, LEVELS) * scale).astype(np.float64)
+    levels = np.clip(low + up, -LEVELS, LEVELS)
+    # Each channel's largest |w| stays at +-127, so that a quantiser that takes the result as
+    # float (max |w| / 127 again) finds the same grid and these very levels.
+    largest, channels = np.abs(kernel).argmax(0), np.arange(kernel.shape[1])
+    levels[largest, channels] = np.sign(kernel[largest, channels]) * LEVELS
+    return (levels * scale).astype(np.float64)
+
+
+def dynamic_int8(x):
+    """`x` as a dynamic-range FULLY_CONNECTED sees it: each row (token) int8, asymmetric, its
+    range widened to hold zero (XNNPACK's qd8 and TFLite's asymmetric hybrid inputs)."""
+    low = keras.ops.minimum(keras.ops.min(x, -1, keepdims=True), 0.0)
+    high = keras.ops.maximum(keras.ops.max(x, -1, keepdims=True), 0.0)
+    scale = keras.ops.where(high > low, (high - low) / 255.0, 1.0)
+    zero = keras.ops.clip(keras.ops.round(-128.0 - low / scale), -128.0, 127.0)
+    return (keras.ops.clip(keras.ops.round(x / scale) + zero, -128.0, 127.0) - zero) * scale
+
+
+@contextlib.contextmanager
+def dynamic_inputs():
+    """Inside it, every Dense layer quantises its input as `dynamic_int8` does."""
+    call = keras.layers.Dense.call
+    keras.layers.Dense.call = lambda layer, inputs, training=None: call(
+        layer, dynamic_int8(inputs), training=training
+    )
+    try:
+        yield
+    finally:
+        keras.layers.Dense.call = call
 
 
 def dense_layers(model):
@@ -140,6 +186,55 @@ def dense_inputs(model, images, rows_per_call=64, seed=0):
         path: (total / count, second / count, np.concatenate(rows))
         for path, (total, second, count, rows) in found.items()
     }
+
+
+def dense_input_rows(model, images, paths):
+    """`{path: every input row of that Dense layer over `images`}` (float32), for `paths`, in the
+    order the forward pass calls them."""
+    call = keras.layers.Dense.call
+    wanted, found = set(paths), {}
+
+    def record(self, inputs, training=None):
+        if self.path in wanted:
+            rows = keras.ops.convert_to_numpy(inputs).reshape(-1, inputs.shape[-1])
+            found.setdefault(self.path, []).append(rows)
+        return call(self, inputs, training=training)
+
+    keras.layers.Dense.call = record
+    try:
+        for i in range(0, len(images), 10):
+            model(images[i : i + 10], training=False)
+    finally:
+        keras.layers.Dense.call = call
+    return {path: np.concatenate(rows) for path, rows in found.items()}
+
+
+def sequential_adaround(
+    model, float_rows, calibration, steps=1000, regulariser=0.01, bias=False, dynamic=False
+):
+    """AdaRound kernel by kernel in the forward order, each on the inputs of the model whose
+    earlier kernels are already rounded, against the float model's outputs (AdaRound's
+    asymmetric reconstruction); `bias` also corrects each bias by the mean error left;
+    `dynamic`: the rounded model's inputs quantised as the dynamic-range recipe does."""
+    called = dense_input_rows(model, calibration[:1], [layer.path for layer in dense_layers(model)])
+    by_path = {layer.path: layer for layer in dense_layers(model)}
+    for path in called:  # in the order of the forward pass (dicts keep the first call's order)
+        layer = by_path[path]
+        rounded_inputs = dense_input_rows(model, calibration, [layer.path])[layer.path]
+        if dynamic:
+            rounded_inputs = keras.ops.convert_to_numpy(dynamic_int8(rounded_inputs))
+        rounded_inputs = rounded_inputs.astype(np.float64)
+        float_inputs = float_rows[layer.path].astype(np.float64)
+        kernel = np.asarray(layer.kernel, np.float64)
+        hessian = rounded_inputs.T @ rounded_inputs / len(rounded_inputs)
+        cross = rounded_inputs.T @ float_inputs / len(rounded_inputs)
+        rounded = adaround(
+            kernel, hessian, steps=steps, regulariser=regulariser, drift=(hessian - cross) @ kernel
+        )
+        layer.kernel.assign(rounded.astype("float32"))
+        if bias and layer.use_bias:
+            error = rounded_inputs.mean(0) @ rounded - float_inputs.mean(0) @ kernel
+            layer.bias.assign((np.asarray(layer.bias, np.float64) - error).astype("float32"))
 
 
 def awq_scales(model, inputs):
@@ -221,12 +316,32 @@ def quantise(model, inputs, recipe, kept=()):
             )
 
 
+def source_model(original, source):
+    """A float copy of `original`: itself (`original`), or the rotated copy with RMSNorms and
+    fc2's input rotated in the graph (`rms_had64`, `int8_dynamic.py`'s model of that name),
+    whose kernels are the ones a dynamic-range file then rounds with no online rotation."""
+    if source == "original":
+        model = original.__class__.from_config(original.get_config())
+        model.set_weights(original.get_weights())
+        return model
+    import int8_dynamic
+
+    from keras_vit.export import rotate
+
+    return int8_dynamic.with_fc2_hadamard(rotate.rotated_copy(original, norm="rms"))
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dataset", required=True, help="a folder of ImageNet class folders (wnids)")
     parser.add_argument("--calibration", type=int, default=100)
     parser.add_argument("--images", type=int, default=1000, help="scored photos (more than there are: all)")
     parser.add_argument("--recipes", default="rtn,bias,gptq,awq,float_4,float_12")
+    parser.add_argument("--source", default="original", choices=("original", "rms_had64"))
+    parser.add_argument(
+        "--dynamic", action="store_true", help="every Dense input quantised as dynamic range does"
+    )
+    parser.add_argument("--save-kernels", default=None, help="a folder for each recipe's kernels (.npz)")
     arguments = parser.parse_args()
 
     original = keras_vit.create_model(MODEL, pretrained=True)
@@ -234,13 +349,18 @@ def main():
     images, calibration = read(original, scored_paths), read(original, calibration_paths)
     reference = keras_probabilities(original, images)
     print(json.dumps({"images": len(images), "calibration": len(calibration)}), flush=True)
-    inputs = dense_inputs(original, calibration)
-    ranked = None
+    # One model for every recipe, its float weights put back before each: a second rotated copy
+    # would name its layers apart, and the calibration inputs are found by layer path.
+    float_source = source_model(original, arguments.source)
+    float_weights = float_source.get_weights()
+    inputs = dense_inputs(float_source, calibration)
+    activations = dynamic_inputs if arguments.dynamic else contextlib.nullcontext
+    ranked = float_rows = None
     for recipe in arguments.recipes.split(","):
         start = time.perf_counter()
-        model = original.__class__.from_config(original.get_config())
-        model.set_weights(original.get_weights())
-        row = {"recipe": recipe}
+        model = float_source
+        model.set_weights(float_weights)
+        row = {"recipe": recipe, "source": arguments.source, "dynamic": arguments.dynamic}
         if recipe == "awq":
             alphas = awq_scales(model, inputs)
             row["float_kl_of_the_scaling"] = kl_divergence(reference, keras_probabilities(model, images))
@@ -252,9 +372,33 @@ def main():
                 ranked = sorted(scores, key=scores.get, reverse=True)
                 row["most_sensitive"] = {path: f"{scores[path]:.1e}" for path in ranked[:6]}
             quantise(model, inputs, "rtn", kept=set(ranked[: int(recipe.split("_")[1])]))
+        elif recipe.startswith("seq"):  # seq-adaround[-bias][-s2000][-r0.03]
+            parts = recipe.split("-")[2:]
+            options = {part[0]: float(part[1:]) for part in parts if part != "bias"}
+            if float_rows is None:  # the float weights, put back above
+                every_path = [layer.path for layer in dense_layers(float_source)]
+                float_rows = dense_input_rows(float_source, calibration, every_path)
+            with activations():
+                sequential_adaround(
+                    model,
+                    float_rows,
+                    calibration,
+                    steps=int(options.get("s", 1000)),
+                    regulariser=options.get("r", 0.01),
+                    bias="bias" in parts,
+                    dynamic=arguments.dynamic,
+                )
         else:
             quantise(model, inputs, recipe)
-        probabilities = keras_probabilities(model, images)
+        if arguments.save_kernels:
+            os.makedirs(arguments.save_kernels, exist_ok=True)
+            kernels = {layer.path: np.asarray(layer.kernel) for layer in dense_layers(model)}
+            biases = {layer.path + "/bias": np.asarray(layer.bias) for layer in dense_layers(model)}
+            np.savez(
+                os.path.join(arguments.save_kernels, f"{arguments.source}-{recipe}.npz"), **kernels, **biases
+            )
+        with activations():
+            probabilities = keras_probabilities(model, images)
         flips = int((probabilities.argmax(1) != reference.argmax(1)).sum())
         row.update(
             agreement=1 - flips / len(images),

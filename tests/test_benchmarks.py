@@ -491,6 +491,22 @@ def test_adaround_rounds_each_weight_down_or_up_and_closer_to_the_outputs_than_r
     assert error(rounded) < 0.5 * error(nearest)
 
 
+def test_adaround_given_the_drift_of_its_inputs_rounds_against_the_error_upstream():
+    """`seq-adaround`'s rounding: when the layer's inputs come from a model already rounded (here
+    1% too large, and noisier), the `drift` term makes AdaRound aim at the float model's outputs,
+    and it lands far closer to them than the rounding that assumes its inputs exact."""
+    import int8_weights
+    import numpy as np
+
+    x, kernel, _ = _correlated_layer()
+    upstream = x * 1.01 + 0.02 * np.random.default_rng(1).normal(size=x.shape)
+    hessian, cross = upstream.T @ upstream / len(x), upstream.T @ x / len(x)
+    error = lambda w: np.mean((upstream @ w - x @ kernel) ** 2)  # noqa: E731
+    blind = int8_weights.adaround(kernel, hessian)
+    aimed = int8_weights.adaround(kernel, hessian, drift=(hessian - cross) @ kernel)
+    assert error(aimed) < 0.5 * error(blind)
+
+
 def test_the_awq_scaling_keeps_a_vits_float_answers():
     """Scaling each kernel's input channels and folding the inverse into the norm or V before
     changes nothing in float, whatever alpha each kernel gets."""
@@ -559,3 +575,54 @@ def test_the_fine_tunes_forward_pass_is_the_int8_rounded_kernels_and_its_gradien
     np.testing.assert_allclose(outputs.numpy(), expected, atol=1e-5)
     gradient = tape.gradient(loss, layer.kernel.value)
     np.testing.assert_allclose(gradient.numpy(), inputs.T @ (2 * expected), rtol=1e-4, atol=1e-4)
+
+
+def test_the_dynamic_range_simulation_answers_as_litert_does_and_rounded_kernels_pass_unchanged(tmp_path):
+    """`benchmarks/int8_weights.py`'s `dynamic_inputs`: a Dense layer whose kernel is already on
+    its int8 grid (AdaRound's, with each channel's largest |w| kept at 127 steps), converted and
+    quantised as the dynamic-range recipes are, answers in LiteRT as the layer does in Keras with
+    its input quantised token by token, far closer than the float layer does: the simulation is
+    the runtime's arithmetic, and the quantiser kept the kernel's levels as given."""
+    import int8_weights
+    import keras
+    import numpy as np
+    import tensorflow as tf
+    import tflite_latency
+
+    from keras_vit.export import quantize
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(64, 48)).astype("float32")
+    x[:, 5] *= 30  # an outlier channel, as a ViT's residual stream has: coarse int8 steps per token
+    kernel = rng.normal(size=(48, 24)) * 0.05
+    rounded = int8_weights.adaround(kernel, x.T.astype(np.float64) @ x / len(x), steps=200)
+    dense = keras.layers.Dense(24)
+    dense.build((None, 48))
+    dense.set_weights([rounded.astype("float32"), rng.normal(size=24).astype("float32")])
+    weights, bias = (tf.constant(w) for w in dense.get_weights())  # Keras 3's variables do not freeze
+
+    @tf.function(input_signature=[tf.TensorSpec((64, 48))])
+    def layer(inputs):
+        return tf.matmul(inputs, weights) + bias
+
+    converter = tf.lite.TFLiteConverter.from_concrete_functions([layer.get_concrete_function()], layer)
+    rules = (quantize.Rule(".*", "FULLY_CONNECTED", quantize.DYNAMIC), *quantize.FLOAT_IO)
+    with quantize._quantizer_quiet():
+        quantised = quantize._quantizer(converter.convert(), rules).quantize().quantized_model
+    path = tmp_path / "dynamic.tflite"
+    path.write_bytes(bytes(quantised))
+    interpreter = tflite_latency.interpreter(str(path), 1)
+    (levels,) = (
+        interpreter.get_tensor(tensor["index"])
+        for tensor in interpreter.get_tensor_details()
+        if tensor["dtype"] == np.int8
+    )
+    np.testing.assert_array_equal(levels.T, np.round(rounded / int8_weights.channel_scale(rounded)))
+    interpreter.set_tensor(interpreter.get_input_details()[0]["index"], x)
+    interpreter.invoke()
+    litert = interpreter.get_tensor(interpreter.get_output_details()[0]["index"])
+
+    with int8_weights.dynamic_inputs():
+        simulated = keras.ops.convert_to_numpy(dense(x))
+    exact = keras.ops.convert_to_numpy(dense(x))
+    assert np.abs(simulated - litert).max() < 0.05 * np.abs(exact - litert).max()
