@@ -163,25 +163,36 @@ def dense_layers(model):
     return [layer for layer in model._flatten_layers() if isinstance(layer, keras.layers.Dense)]
 
 
-def dense_inputs(model, images, rows_per_call=64, seed=0):
-    """`{layer path: (mean input, E[x^T x], sampled input rows)}` over `images`, in float64."""
-    rng = np.random.default_rng(seed)
+def run_recording(model, images, record):
+    """Runs `images` through `model`, 10 at a time, with `record(layer, inputs)` called on every
+    Dense layer's input (through `Dense.call` as it is: inside `dynamic_inputs`, before it
+    quantises)."""
     call = keras.layers.Dense.call
-    found = {}
 
-    def record(self, inputs, training=None):
-        x = keras.ops.convert_to_numpy(inputs).reshape(-1, inputs.shape[-1]).astype(np.float64)
-        total, second, count, rows = found.get(self.path, (0, 0, 0, []))
-        rows.append(x[rng.choice(len(x), min(rows_per_call, len(x)), replace=False)])
-        found[self.path] = (total + x.sum(0), second + x.T @ x, count + len(x), rows)
+    def recording(self, inputs, training=None):
+        record(self, inputs)
         return call(self, inputs, training=training)
 
-    keras.layers.Dense.call = record
+    keras.layers.Dense.call = recording
     try:
         for i in range(0, len(images), 10):
             model(images[i : i + 10], training=False)
     finally:
         keras.layers.Dense.call = call
+
+
+def dense_inputs(model, images, rows_per_call=64, seed=0):
+    """`{layer path: (mean input, E[x^T x], sampled input rows)}` over `images`, in float64."""
+    rng = np.random.default_rng(seed)
+    found = {}
+
+    def record(layer, inputs):
+        x = keras.ops.convert_to_numpy(inputs).reshape(-1, inputs.shape[-1]).astype(np.float64)
+        total, second, count, rows = found.get(layer.path, (0, 0, 0, []))
+        rows.append(x[rng.choice(len(x), min(rows_per_call, len(x)), replace=False)])
+        found[layer.path] = (total + x.sum(0), second + x.T @ x, count + len(x), rows)
+
+    run_recording(model, images, record)
     return {
         path: (total / count, second / count, np.concatenate(rows))
         for path, (total, second, count, rows) in found.items()
@@ -191,21 +202,14 @@ def dense_inputs(model, images, rows_per_call=64, seed=0):
 def dense_input_rows(model, images, paths):
     """`{path: every input row of that Dense layer over `images`}` (float32), for `paths`, in the
     order the forward pass calls them."""
-    call = keras.layers.Dense.call
     wanted, found = set(paths), {}
 
-    def record(self, inputs, training=None):
-        if self.path in wanted:
+    def record(layer, inputs):
+        if layer.path in wanted:
             rows = keras.ops.convert_to_numpy(inputs).reshape(-1, inputs.shape[-1])
-            found.setdefault(self.path, []).append(rows)
-        return call(self, inputs, training=training)
+            found.setdefault(layer.path, []).append(rows)
 
-    keras.layers.Dense.call = record
-    try:
-        for i in range(0, len(images), 10):
-            model(images[i : i + 10], training=False)
-    finally:
-        keras.layers.Dense.call = call
+    run_recording(model, images, record)
     return {path: np.concatenate(rows) for path, rows in found.items()}
 
 
