@@ -29,7 +29,8 @@ Recipes (`--recipes`):
   (KL divergence) kept in float, the others `rtn`.
 
 `--source rms_had64` rounds the kernels of `int8_dynamic.py`'s model of that name (the residual
-stream rotated offline, RMSNorms, fc2's input rotated in the graph), which a dynamic-range file
+stream rotated offline, RMSNorms, fc2's input rotated in the graph; `--rotation-seed` draws the
+rotation's random signs), which a dynamic-range file
 rounds with no online rotation; `--dynamic` quantises every Dense input token by token as LiteRT's
 dynamic-range FULLY_CONNECTED does (`dynamic_inputs`), while scoring and, for `seq-adaround`,
 while rounding; `--save-kernels DIR` writes each recipe's kernels for
@@ -320,7 +321,7 @@ def quantise(model, inputs, recipe, kept=()):
             )
 
 
-def source_model(original, source):
+def source_model(original, source, seed=0):
     """A float copy of `original`: itself (`original`), or the rotated copy with RMSNorms and
     fc2's input rotated in the graph (`rms_had64`, `int8_dynamic.py`'s model of that name),
     whose kernels are the ones a dynamic-range file then rounds with no online rotation."""
@@ -332,7 +333,7 @@ def source_model(original, source):
 
     from keras_vit.export import rotate
 
-    return int8_dynamic.with_fc2_hadamard(rotate.rotated_copy(original, norm="rms"))
+    return int8_dynamic.with_fc2_hadamard(rotate.rotated_copy(original, seed=seed, norm="rms"))
 
 
 def main():
@@ -342,6 +343,7 @@ def main():
     parser.add_argument("--images", type=int, default=1000, help="scored photos (more than there are: all)")
     parser.add_argument("--recipes", default="rtn,bias,gptq,awq,float_4,float_12")
     parser.add_argument("--source", default="original", choices=("original", "rms_had64"))
+    parser.add_argument("--rotation-seed", type=int, default=0, help="rms_had64's random signs")
     parser.add_argument(
         "--dynamic", action="store_true", help="every Dense input quantised as dynamic range does"
     )
@@ -355,7 +357,7 @@ def main():
     print(json.dumps({"images": len(images), "calibration": len(calibration)}), flush=True)
     # One model for every recipe, its float weights put back before each: a second rotated copy
     # would name its layers apart, and the calibration inputs are found by layer path.
-    float_source = source_model(original, arguments.source)
+    float_source = source_model(original, arguments.source, arguments.rotation_seed)
     float_weights = float_source.get_weights()
     inputs = dense_inputs(float_source, calibration)
     activations = dynamic_inputs if arguments.dynamic else contextlib.nullcontext
@@ -365,6 +367,8 @@ def main():
         model = float_source
         model.set_weights(float_weights)
         row = {"recipe": recipe, "source": arguments.source, "dynamic": arguments.dynamic}
+        if arguments.source != "original":
+            row["rotation_seed"] = arguments.rotation_seed
         if recipe == "awq":
             alphas = awq_scales(model, inputs)
             row["float_kl_of_the_scaling"] = kl_divergence(reference, keras_probabilities(model, images))
