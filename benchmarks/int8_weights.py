@@ -220,26 +220,28 @@ def sequential_adaround(
     """AdaRound kernel by kernel in the forward order, each on the inputs of the model whose
     earlier kernels are already rounded, against the float model's outputs (AdaRound's
     asymmetric reconstruction); `bias` also corrects each bias by the mean error left;
-    `dynamic`: the rounded model's inputs quantised as the dynamic-range recipe does."""
+    `dynamic`: the rounded model's inputs quantised as the dynamic-range recipe does (inside
+    `dynamic_inputs`, and so is the layer's own input)."""
     called = dense_input_rows(model, calibration[:1], [layer.path for layer in dense_layers(model)])
     by_path = {layer.path: layer for layer in dense_layers(model)}
-    for path in called:  # in the order of the forward pass (dicts keep the first call's order)
-        layer = by_path[path]
-        rounded_inputs = dense_input_rows(model, calibration, [layer.path])[layer.path]
-        if dynamic:
-            rounded_inputs = keras.ops.convert_to_numpy(dynamic_int8(rounded_inputs))
-        rounded_inputs = rounded_inputs.astype(np.float64)
-        float_inputs = float_rows[layer.path].astype(np.float64)
-        kernel = np.asarray(layer.kernel, np.float64)
-        hessian = rounded_inputs.T @ rounded_inputs / len(rounded_inputs)
-        cross = rounded_inputs.T @ float_inputs / len(rounded_inputs)
-        rounded = adaround(
-            kernel, hessian, steps=steps, regulariser=regulariser, drift=(hessian - cross) @ kernel
-        )
-        layer.kernel.assign(rounded.astype("float32"))
-        if bias and layer.use_bias:
-            error = rounded_inputs.mean(0) @ rounded - float_inputs.mean(0) @ kernel
-            layer.bias.assign((np.asarray(layer.bias, np.float64) - error).astype("float32"))
+    with dynamic_inputs() if dynamic else contextlib.nullcontext():
+        for path in called:  # in the order of the forward pass (dicts keep the first call's order)
+            layer = by_path[path]
+            rounded_inputs = dense_input_rows(model, calibration, [layer.path])[layer.path]
+            if dynamic:
+                rounded_inputs = keras.ops.convert_to_numpy(dynamic_int8(rounded_inputs))
+            rounded_inputs = rounded_inputs.astype(np.float64)
+            float_inputs = float_rows[layer.path].astype(np.float64)
+            kernel = np.asarray(layer.kernel, np.float64)
+            hessian = rounded_inputs.T @ rounded_inputs / len(rounded_inputs)
+            cross = rounded_inputs.T @ float_inputs / len(rounded_inputs)
+            rounded = adaround(
+                kernel, hessian, steps=steps, regulariser=regulariser, drift=(hessian - cross) @ kernel
+            )
+            layer.kernel.assign(rounded.astype("float32"))
+            if bias and layer.use_bias:
+                error = rounded_inputs.mean(0) @ rounded - float_inputs.mean(0) @ kernel
+                layer.bias.assign((np.asarray(layer.bias, np.float64) - error).astype("float32"))
 
 
 def awq_scales(model, inputs):
@@ -386,16 +388,15 @@ def main():
             if float_rows is None:  # the float weights, put back above
                 every_path = [layer.path for layer in dense_layers(float_source)]
                 float_rows = dense_input_rows(float_source, calibration, every_path)
-            with activations():
-                sequential_adaround(
-                    model,
-                    float_rows,
-                    calibration,
-                    steps=int(options.get("s", 1000)),
-                    regulariser=options.get("r", 0.01),
-                    bias="bias" in parts,
-                    dynamic=arguments.dynamic,
-                )
+            sequential_adaround(
+                model,
+                float_rows,
+                calibration,
+                steps=int(options.get("s", 1000)),
+                regulariser=options.get("r", 0.01),
+                bias="bias" in parts,
+                dynamic=arguments.dynamic,
+            )
         else:
             quantise(model, inputs, recipe)
         if arguments.save_kernels:

@@ -533,8 +533,7 @@ def test_sequential_adaround_rounds_a_vits_kernels_in_order_closer_to_its_float_
         layer.kernel.assign(int8_weights.round_to_nearest(np.asarray(layer.kernel, np.float64)))
     nearest = logits_error()
     model.set_weights(float_weights)
-    with int8_weights.dynamic_inputs():
-        int8_weights.sequential_adaround(model, float_rows, images, steps=300, dynamic=True)
+    int8_weights.sequential_adaround(model, float_rows, images, steps=300, dynamic=True)
     for layer in int8_weights.dense_layers(model):
         steps = np.asarray(layer.kernel, np.float64) / int8_weights.channel_scale(np.asarray(layer.kernel))
         assert np.allclose(steps, np.round(steps), atol=1e-3), layer.path
