@@ -25,14 +25,17 @@ Recipes (`--recipes`):
   forward pass, each on the inputs of the model whose earlier kernels are already rounded, against
   the float model's outputs (AdaRound's asymmetric reconstruction: the rounding also answers for
   the error upstream); `-bias` then corrects each bias by the mean error left;
+- `float`: no kernel rounded (with `--dynamic`, what the activations alone cost);
 - `float_K`: the K kernels whose rounding alone moves the calibration photos' probabilities most
   (KL divergence) kept in float, the others `rtn`.
 
 `--source rms_had64` rounds the kernels of `int8_dynamic.py`'s model of that name (the residual
 stream rotated offline, RMSNorms, fc2's input rotated in the graph; `--rotation-seed` draws the
 rotation's random signs), which a dynamic-range file
-rounds with no online rotation; `--dynamic` quantises every Dense input token by token as LiteRT's
-dynamic-range FULLY_CONNECTED does (`dynamic_inputs`), while scoring and, for `seq-adaround`,
+rounds with no online rotation (`--fc2-group 768` rotates all of fc2's input; `rms_had64_vrot`
+also rotates each head's values offline); `--dynamic` quantises every Dense input token by token
+as LiteRT's dynamic-range FULLY_CONNECTED does (`dynamic_inputs`; `--dynamic fc2` only the
+inputs of the layers whose path that regex finds), while scoring and, for `seq-adaround`,
 while rounding; `--save-kernels DIR` writes each recipe's kernels for
 `int8_dynamic.py --kernels`, which makes the TFLite file of them.
 
@@ -51,6 +54,7 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -148,11 +152,12 @@ def dynamic_int8(x):
 
 
 @contextlib.contextmanager
-def dynamic_inputs():
-    """Inside it, every Dense layer quantises its input as `dynamic_int8` does."""
+def dynamic_inputs(layers=".*"):
+    """Inside it, every Dense layer whose path `layers` (a regex) finds quantises its input as
+    `dynamic_int8` does; the others keep theirs in float (which layers' inputs cost most)."""
     call = keras.layers.Dense.call
     keras.layers.Dense.call = lambda layer, inputs, training=None: call(
-        layer, dynamic_int8(inputs), training=training
+        layer, dynamic_int8(inputs) if re.search(layers, layer.path) else inputs, training=training
     )
     try:
         yield
@@ -215,20 +220,20 @@ def dense_input_rows(model, images, paths):
 
 
 def sequential_adaround(
-    model, float_rows, calibration, steps=1000, regulariser=0.01, bias=False, dynamic=False
+    model, float_rows, calibration, steps=1000, regulariser=0.01, bias=False, dynamic=None
 ):
     """AdaRound kernel by kernel in the forward order, each on the inputs of the model whose
     earlier kernels are already rounded, against the float model's outputs (AdaRound's
     asymmetric reconstruction); `bias` also corrects each bias by the mean error left;
-    `dynamic`: the rounded model's inputs quantised as the dynamic-range recipe does (inside
-    `dynamic_inputs`, and so is the layer's own input)."""
+    `dynamic` (a regex of layer paths, `dynamic_inputs`' `layers`): those layers' inputs quantised
+    as the dynamic-range recipe does, in the rounded model and in each layer's own input."""
     called = dense_input_rows(model, calibration[:1], [layer.path for layer in dense_layers(model)])
     by_path = {layer.path: layer for layer in dense_layers(model)}
-    with dynamic_inputs() if dynamic else contextlib.nullcontext():
+    with dynamic_inputs(dynamic) if dynamic else contextlib.nullcontext():
         for path in called:  # in the order of the forward pass (dicts keep the first call's order)
             layer = by_path[path]
             rounded_inputs = dense_input_rows(model, calibration, [layer.path])[layer.path]
-            if dynamic:
+            if dynamic and re.search(dynamic, layer.path):
                 rounded_inputs = keras.ops.convert_to_numpy(dynamic_int8(rounded_inputs))
             rounded_inputs = rounded_inputs.astype(np.float64)
             float_inputs = float_rows[layer.path].astype(np.float64)
@@ -323,10 +328,12 @@ def quantise(model, inputs, recipe, kept=()):
             )
 
 
-def source_model(original, source, seed=0):
+def source_model(original, source, seed=0, fc2_group=64):
     """A float copy of `original`: itself (`original`), or the rotated copy with RMSNorms and
-    fc2's input rotated in the graph (`rms_had64`, `int8_dynamic.py`'s model of that name),
-    whose kernels are the ones a dynamic-range file then rounds with no online rotation."""
+    fc2's input rotated in the graph by a Hadamard of `fc2_group` (`rms_had64`,
+    `int8_dynamic.py`'s model of that name), whose kernels are the ones a dynamic-range file then
+    rounds with no online rotation; `rms_had64_vrot` also rotates each head's values offline
+    (`int8_dynamic.with_value_rotation`: `proj`'s input arrives rotated per head, at no cost)."""
     if source == "original":
         model = original.__class__.from_config(original.get_config())
         model.set_weights(original.get_weights())
@@ -335,7 +342,8 @@ def source_model(original, source, seed=0):
 
     from keras_vit.export import rotate
 
-    return int8_dynamic.with_fc2_hadamard(rotate.rotated_copy(original, seed=seed, norm="rms"))
+    model = int8_dynamic.with_fc2_hadamard(rotate.rotated_copy(original, seed=seed, norm="rms"), fc2_group)
+    return int8_dynamic.with_value_rotation(model) if source == "rms_had64_vrot" else model
 
 
 def main():
@@ -344,11 +352,15 @@ def main():
     parser.add_argument("--calibration", type=int, default=100)
     parser.add_argument("--images", type=int, default=1000, help="scored photos (more than there are: all)")
     parser.add_argument("--recipes", default="rtn,bias,gptq,awq,float_4,float_12")
-    parser.add_argument("--source", default="original", choices=("original", "rms_had64"))
+    parser.add_argument("--source", default="original", choices=("original", "rms_had64", "rms_had64_vrot"))
     parser.add_argument("--rotation-seed", type=int, default=0, help="rms_had64's random signs")
     parser.add_argument(
-        "--dynamic", action="store_true", help="every Dense input quantised as dynamic range does"
+        "--fc2-group", type=int, default=64, help="rms_had64's Hadamard width on fc2's input (768: all of it)"
     )
+    parser.add_argument(
+        "--dynamic", nargs="?", const=".*", default=None, metavar="LAYERS",
+        help="Dense inputs quantised as dynamic range does: every one, or those whose path the regex finds",
+    )  # fmt: skip
     parser.add_argument("--save-kernels", default=None, help="a folder for each recipe's kernels (.npz)")
     arguments = parser.parse_args()
 
@@ -359,10 +371,10 @@ def main():
     print(json.dumps({"images": len(images), "calibration": len(calibration)}), flush=True)
     # One model for every recipe, its float weights put back before each: a second rotated copy
     # would name its layers apart, and the calibration inputs are found by layer path.
-    float_source = source_model(original, arguments.source, arguments.rotation_seed)
+    float_source = source_model(original, arguments.source, arguments.rotation_seed, arguments.fc2_group)
     float_weights = float_source.get_weights()
     inputs = dense_inputs(float_source, calibration)
-    activations = dynamic_inputs if arguments.dynamic else contextlib.nullcontext
+    activations = (lambda: dynamic_inputs(arguments.dynamic)) if arguments.dynamic else contextlib.nullcontext
     ranked = float_rows = None
     for recipe in arguments.recipes.split(","):
         start = time.perf_counter()
@@ -370,7 +382,7 @@ def main():
         model.set_weights(float_weights)
         row = {"recipe": recipe, "source": arguments.source, "dynamic": arguments.dynamic}
         if arguments.source != "original":
-            row["rotation_seed"] = arguments.rotation_seed
+            row.update(rotation_seed=arguments.rotation_seed, fc2_group=arguments.fc2_group)
         if recipe == "awq":
             alphas = awq_scales(model, inputs)
             row["float_kl_of_the_scaling"] = kl_divergence(reference, keras_probabilities(model, images))
@@ -397,7 +409,7 @@ def main():
                 bias="bias" in parts,
                 dynamic=arguments.dynamic,
             )
-        else:
+        elif recipe != "float":  # `float`: the kernels as they are (what the activations alone cost)
             quantise(model, inputs, recipe)
         if arguments.save_kernels:
             os.makedirs(arguments.save_kernels, exist_ok=True)

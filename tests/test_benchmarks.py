@@ -533,7 +533,7 @@ def test_sequential_adaround_rounds_a_vits_kernels_in_order_closer_to_its_float_
         layer.kernel.assign(int8_weights.round_to_nearest(np.asarray(layer.kernel, np.float64)))
     nearest = logits_error()
     model.set_weights(float_weights)
-    int8_weights.sequential_adaround(model, float_rows, images, steps=300, dynamic=True)
+    int8_weights.sequential_adaround(model, float_rows, images, steps=300, dynamic=".*")
     for layer in int8_weights.dense_layers(model):
         steps = np.asarray(layer.kernel, np.float64) / int8_weights.channel_scale(np.asarray(layer.kernel))
         assert np.allclose(steps, np.round(steps), atol=1e-3), layer.path
@@ -659,3 +659,30 @@ def test_the_dynamic_range_simulation_answers_as_litert_does_and_rounded_kernels
         simulated = keras.ops.convert_to_numpy(dense(x))
     exact = keras.ops.convert_to_numpy(dense(x))
     assert np.abs(simulated - litert).max() < 0.05 * np.abs(exact - litert).max()
+
+
+def test_the_dynamic_range_simulation_quantises_only_the_layers_its_pattern_names():
+    """`dynamic_inputs(layers)`: the Dense layers whose path the regex finds see their inputs
+    quantised token by token, the others their float inputs (what each group's inputs cost)."""
+    import int8_weights
+    import keras
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(16, 32)).astype("float32")
+    x[:, 3] *= 30
+    inputs = keras.Input((32,))
+    first = keras.layers.Dense(32, name="fc1")
+    second = keras.layers.Dense(8, name="fc2")
+    model = keras.Model(inputs, second(first(inputs)))
+    exact = keras.ops.convert_to_numpy(model(x))
+    answers = {}
+    for pattern in ("fc2", "fc1|fc2", "head"):
+        with int8_weights.dynamic_inputs(pattern):
+            answers[pattern] = keras.ops.convert_to_numpy(model(x))
+    only_fc2 = keras.ops.convert_to_numpy(second(int8_weights.dynamic_int8(first(x))))
+    np.testing.assert_allclose(answers["fc2"], only_fc2, atol=1e-6)
+    np.testing.assert_array_equal(answers["head"], exact)  # no layer of that name: all float
+    both = keras.ops.convert_to_numpy(second(int8_weights.dynamic_int8(first(int8_weights.dynamic_int8(x)))))
+    np.testing.assert_allclose(answers["fc1|fc2"], both, atol=1e-6)
+    assert np.abs(answers["fc1|fc2"] - exact).max() > np.abs(answers["fc2"] - exact).max() > 0

@@ -578,10 +578,14 @@ def test_a_non_editable_install_builds_the_app_without_npm_or_writing_into_the_p
         check=True,
     )
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", venv], check=True)
+    # No pip of its own (bootstrapping one costs seconds): the suite's pip installs into it.
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True)
     python = venv / "bin" / "python"
     wheel = next((tmp_path / "wheel").glob("keras_vision_transformers-*.whl"))
-    subprocess.run([python, "-m", "pip", "install", "-q", "--no-deps", "--no-index", wheel], check=True)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "--python", python, "install", "-q", "--no-deps", "--no-index", wheel],
+        check=True,
+    )
     site = subprocess.check_output(
         [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], text=True
     ).strip()
