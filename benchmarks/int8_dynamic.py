@@ -100,6 +100,37 @@ def with_fc2_hadamard(model, group=64, seed=None):
     return model
 
 
+def with_fc2_full_rotation(model, group=64):
+    """`model` (changed in place) with each block's whole fc2 input rotated in the graph by an
+    orthogonal `H_(width/group) (x) H_group` in two cheap steps, under the name scope "hadamard":
+    rows of `group` times `H_group` (as `with_fc2_hadamard`), then, across the `width / group`
+    blocks, each of the `group` positions times the small Hadamard (12 x 12 for a width of 768),
+    one TRANSPOSE between; fc2's kernel rows rotated and permuted to match: the same outputs.
+    A massive unit spreads over every channel, not only over its own block of `group`."""
+    inner = rotate.hadamard(group)
+    inner32 = inner.astype("float32")
+    for block in model.blocks:
+        fc2 = block.fc2
+        rows = fc2.kernel.shape[0]
+        outer = rotate.hadamard(rows // group)
+        outer32 = outer.astype("float32")
+        # x -> y with y[k * blocks + l] = sum_ij x[i * group + j] inner[j, k] outer[i, l]
+        rotation = np.einsum("il,jk->ijkl", outer, inner).reshape(rows, rows)
+        fc2.kernel.assign((rotation.T @ np.asarray(fc2.kernel, np.float64)).astype("float32"))
+
+        def call(inputs, *args, layer=fc2, blocks=rows // group, outer32=outer32, **kwargs):
+            with tf.name_scope("hadamard"):
+                within = ops.matmul(ops.reshape(inputs, (-1, group)), inner32)
+                across = ops.transpose(ops.reshape(within, (-1, blocks, group)), (0, 2, 1))
+                rotated = ops.reshape(
+                    ops.matmul(ops.reshape(across, (-1, blocks)), outer32), ops.shape(inputs)
+                )
+            return type(layer).call(layer, rotated, *args, **kwargs)
+
+        fc2.call = call
+    return model
+
+
 def with_value_rotation(model):
     """`model` (changed in place) with each head's values multiplied by a Hadamard matrix of the
     head's width (`qkv`'s value columns and bias on the right) and attention's output projection
@@ -143,6 +174,8 @@ RECIPES = {
     "plain": ("original", (projections(DYNAMIC),), False),
     "rms": ("rms", (projections(DYNAMIC),), False),
     "rms_had64": ("rms had64", (projections(DYNAMIC), projections(None, "hadamard")), False),
+    # fc2's whole input rotated (`with_fc2_full_rotation`), still no online rotation.
+    "rms_had768": ("rms had768", (projections(DYNAMIC), projections(None, "hadamard")), False),
     "rotated_had64": ("original had64", ROTATED_HAD64, False),
     # `rotated_had64` with the head in float: 192 x 1000 multiply-adds a photo (0.02% of the
     # projections'), and its rounding alone the third dearest of the 49 kernels (ninth pass).
@@ -227,6 +260,7 @@ def main():
         "rms": lambda: rotate.rotated_copy(model, norm="rms"),
         "original had64": lambda: with_fc2_hadamard(copy_of(model)),
         "rms had64": lambda: with_fc2_hadamard(rotate.rotated_copy(model, norm="rms")),
+        "rms had768": lambda: with_fc2_full_rotation(rotate.rotated_copy(model, norm="rms")),
         **{
             f"original had64 signs{seed}": lambda seed=seed: with_fc2_hadamard(copy_of(model), seed=seed)
             for seed in range(1, 5)

@@ -32,10 +32,11 @@ Recipes (`--recipes`):
 `--source rms_had64` rounds the kernels of `int8_dynamic.py`'s model of that name (the residual
 stream rotated offline, RMSNorms, fc2's input rotated in the graph; `--rotation-seed` draws the
 rotation's random signs), which a dynamic-range file
-rounds with no online rotation (`--fc2-group 768` rotates all of fc2's input; `rms_had64_vrot`
-also rotates each head's values offline); `--dynamic` quantises every Dense input token by token
+rounds with no online rotation (`rms_had768` rotates all of fc2's input; `rms_had64_vrot` also
+rotates each head's values offline); `--dynamic` quantises every Dense input token by token
 as LiteRT's dynamic-range FULLY_CONNECTED does (`dynamic_inputs`; `--dynamic fc2` only the
-inputs of the layers whose path that regex finds), while scoring and, for `seq-adaround`,
+inputs of the layers whose path that regex finds; `--dynamic "fc2;proj"` each recipe under each
+pattern in turn), while scoring and, for `seq-adaround`,
 while rounding; `--save-kernels DIR` writes each recipe's kernels for
 `int8_dynamic.py --kernels`, which makes the TFLite file of them.
 
@@ -52,6 +53,7 @@ reports them.
 
 import argparse
 import contextlib
+import itertools
 import json
 import os
 import re
@@ -65,6 +67,7 @@ from int8_rotation import MODEL, keras_probabilities, photos, read  # noqa: E402
 
 import keras_vit  # noqa: E402
 
+ROTATED_SOURCES = ("rms_had64", "rms_had64_vrot", "rms_had768")  # `source_model`
 LEVELS = 127  # symmetric int8: -127..127, as TFLite's int8 weights
 
 
@@ -328,12 +331,13 @@ def quantise(model, inputs, recipe, kept=()):
             )
 
 
-def source_model(original, source, seed=0, fc2_group=64):
+def source_model(original, source, seed=0):
     """A float copy of `original`: itself (`original`), or the rotated copy with RMSNorms and
-    fc2's input rotated in the graph by a Hadamard of `fc2_group` (`rms_had64`,
-    `int8_dynamic.py`'s model of that name), whose kernels are the ones a dynamic-range file then
-    rounds with no online rotation; `rms_had64_vrot` also rotates each head's values offline
-    (`int8_dynamic.with_value_rotation`: `proj`'s input arrives rotated per head, at no cost)."""
+    fc2's input rotated in the graph by a Hadamard of 64 (`rms_had64`, `int8_dynamic.py`'s model
+    of that name), whose kernels are the ones a dynamic-range file then rounds with no online
+    rotation; `rms_had64_vrot` also rotates each head's values offline
+    (`int8_dynamic.with_value_rotation`: `proj`'s input arrives rotated per head, at no cost);
+    `rms_had768` rotates fc2's whole input instead (`int8_dynamic.with_fc2_full_rotation`)."""
     if source == "original":
         model = original.__class__.from_config(original.get_config())
         model.set_weights(original.get_weights())
@@ -342,7 +346,10 @@ def source_model(original, source, seed=0, fc2_group=64):
 
     from keras_vit.export import rotate
 
-    model = int8_dynamic.with_fc2_hadamard(rotate.rotated_copy(original, seed=seed, norm="rms"), fc2_group)
+    model = rotate.rotated_copy(original, seed=seed, norm="rms")
+    if source == "rms_had768":
+        return int8_dynamic.with_fc2_full_rotation(model)
+    model = int8_dynamic.with_fc2_hadamard(model)
     return int8_dynamic.with_value_rotation(model) if source == "rms_had64_vrot" else model
 
 
@@ -352,11 +359,8 @@ def main():
     parser.add_argument("--calibration", type=int, default=100)
     parser.add_argument("--images", type=int, default=1000, help="scored photos (more than there are: all)")
     parser.add_argument("--recipes", default="rtn,bias,gptq,awq,float_4,float_12")
-    parser.add_argument("--source", default="original", choices=("original", "rms_had64", "rms_had64_vrot"))
+    parser.add_argument("--source", default="original", choices=("original", *ROTATED_SOURCES))
     parser.add_argument("--rotation-seed", type=int, default=0, help="rms_had64's random signs")
-    parser.add_argument(
-        "--fc2-group", type=int, default=64, help="rms_had64's Hadamard width on fc2's input (768: all of it)"
-    )
     parser.add_argument(
         "--dynamic", nargs="?", const=".*", default=None, metavar="LAYERS",
         help="Dense inputs quantised as dynamic range does: every one, or those whose path the regex finds",
@@ -371,18 +375,19 @@ def main():
     print(json.dumps({"images": len(images), "calibration": len(calibration)}), flush=True)
     # One model for every recipe, its float weights put back before each: a second rotated copy
     # would name its layers apart, and the calibration inputs are found by layer path.
-    float_source = source_model(original, arguments.source, arguments.rotation_seed, arguments.fc2_group)
+    float_source = source_model(original, arguments.source, arguments.rotation_seed)
     float_weights = float_source.get_weights()
     inputs = dense_inputs(float_source, calibration)
-    activations = (lambda: dynamic_inputs(arguments.dynamic)) if arguments.dynamic else contextlib.nullcontext
     ranked = float_rows = None
-    for recipe in arguments.recipes.split(","):
+    # `--dynamic "fc2;qkv|fc1"`: each recipe under each pattern in turn.
+    patterns = arguments.dynamic.split(";") if arguments.dynamic else [None]
+    for recipe, dynamic in itertools.product(arguments.recipes.split(","), patterns):
         start = time.perf_counter()
         model = float_source
         model.set_weights(float_weights)
-        row = {"recipe": recipe, "source": arguments.source, "dynamic": arguments.dynamic}
+        row = {"recipe": recipe, "source": arguments.source, "dynamic": dynamic}
         if arguments.source != "original":
-            row.update(rotation_seed=arguments.rotation_seed, fc2_group=arguments.fc2_group)
+            row["rotation_seed"] = arguments.rotation_seed
         if recipe == "awq":
             alphas = awq_scales(model, inputs)
             row["float_kl_of_the_scaling"] = kl_divergence(reference, keras_probabilities(model, images))
@@ -407,7 +412,7 @@ def main():
                 steps=int(options.get("s", 1000)),
                 regulariser=options.get("r", 0.01),
                 bias="bias" in parts,
-                dynamic=arguments.dynamic,
+                dynamic=dynamic,
             )
         elif recipe != "float":  # `float`: the kernels as they are (what the activations alone cost)
             quantise(model, inputs, recipe)
@@ -418,7 +423,7 @@ def main():
             np.savez(
                 os.path.join(arguments.save_kernels, f"{arguments.source}-{recipe}.npz"), **kernels, **biases
             )
-        with activations():
+        with dynamic_inputs(dynamic) if dynamic else contextlib.nullcontext():
             probabilities = keras_probabilities(model, images)
         flips = int((probabilities.argmax(1) != reference.argmax(1)).sum())
         row.update(

@@ -584,6 +584,42 @@ def test_rotating_each_heads_values_and_the_output_projection_keeps_a_vits_float
         assert np.abs(kernel - rotated).max() > 1e-3, name
 
 
+def test_rotating_fc2s_whole_input_keeps_a_vits_answers_and_spreads_a_massive_unit_over_every_channel():
+    """`benchmarks/int8_dynamic.py`'s `with_fc2_full_rotation`: fc2's input times `H_4 (x) H_16`
+    in two steps in the graph, fc2's kernel rotated and permuted to match: the same answers in
+    float, and one unit's value reaches fc2 spread evenly over all 64 channels (a Hadamard of 16
+    alone keeps it within its block)."""
+    import int8_dynamic
+    import keras
+    import numpy as np
+
+    import keras_vit
+
+    keras.utils.set_random_seed(0)
+    model = keras_vit.create_model("vit_tiny_patch16_224", image_size=32, num_classes=10, **TINY_ARCHITECTURE)
+    images = np.random.default_rng(0).uniform(-1, 1, (8, 32, 32, 3)).astype("float32")
+    before = keras.ops.convert_to_numpy(model(images))
+    copies = {
+        "blocks": int8_dynamic.with_fc2_hadamard(int8_dynamic.copy_of(model), 16),
+        "whole": int8_dynamic.with_fc2_full_rotation(int8_dynamic.copy_of(model), 16),
+    }
+    massive = np.zeros((1, 64), "float32")
+    massive[0, 5] = 8.0
+    seen, call = {}, keras.layers.Dense.call
+    for name, copy in copies.items():
+        np.testing.assert_allclose(keras.ops.convert_to_numpy(copy(images)), before, atol=1e-5)
+        keras.layers.Dense.call = lambda layer, x, training=None, name=name: (
+            seen.setdefault(name, keras.ops.convert_to_numpy(x)),
+            call(layer, x),
+        )[1]
+        try:
+            copy.blocks[0].fc2.call(massive)
+        finally:
+            keras.layers.Dense.call = call
+    np.testing.assert_allclose(np.abs(seen["whole"]), 1.0, atol=1e-6)  # 8 / sqrt(64) on every channel
+    assert np.count_nonzero(np.abs(seen["blocks"]) > 1e-6) == 16
+
+
 def test_the_fine_tunes_forward_pass_is_the_int8_rounded_kernels_and_its_gradient_reaches_them():
     """`benchmarks/int8_qat.py`: a Dense layer made `fake_quantised` answers as the same layer with
     its kernel rounded to nearest (`int8_weights.round_to_nearest`), and the loss's gradient
