@@ -36,7 +36,8 @@ rounds with no online rotation (`rms_had768` rotates all of fc2's input; `rms_ha
 rotates each head's values offline); `--dynamic` quantises every Dense input token by token
 as LiteRT's dynamic-range FULLY_CONNECTED does (`dynamic_inputs`; `--dynamic fc2` only the
 inputs of the layers whose path that regex finds; `--dynamic "fc2;proj"` each recipe under each
-pattern in turn), while scoring and, for `seq-adaround`,
+pattern in turn; `--float-inputs K` keeps in float the inputs of the K Dense layers whose int8
+input alone moves the calibration photos most, `input_sensitivity`), while scoring and, for `seq-adaround`,
 while rounding; `--save-kernels DIR` writes each recipe's kernels for
 `int8_dynamic.py --kernels`, which makes the TFLite file of them.
 
@@ -309,6 +310,22 @@ def sensitivity(model, images):
     return result
 
 
+def input_sensitivity(model, images):
+    """`{path: KL divergence on `images` with only that Dense layer's input quantised as the
+    dynamic-range recipe does}`: which layers' inputs cost most in int8."""
+    reference = keras_probabilities(model, images)
+    result = {}
+    for layer in dense_layers(model):
+        with dynamic_inputs(f"^{re.escape(layer.path)}$"):
+            result[layer.path] = kl_divergence(reference, keras_probabilities(model, images))
+    return result
+
+
+def all_inputs_but(paths):
+    """A `dynamic_inputs` pattern for every Dense layer but those at `paths`."""
+    return "^(?!(" + "|".join(re.escape(path) for path in paths) + ")$)"
+
+
 def quantise(model, inputs, recipe, kept=()):
     for layer in dense_layers(model):
         if layer.path in kept:
@@ -366,6 +383,11 @@ def main():
         help="Dense inputs quantised as dynamic range does: every one, or those whose path the regex finds",
     )  # fmt: skip
     parser.add_argument("--save-kernels", default=None, help="a folder for each recipe's kernels (.npz)")
+    parser.add_argument(
+        "--float-inputs", type=int, default=0, metavar="K",
+        help="with --dynamic: the K Dense layers whose int8 input alone moves the calibration photos most "
+        "keep a float input (their kernels still int8: a weight-only FULLY_CONNECTED in the file)",
+    )  # fmt: skip
     arguments = parser.parse_args()
 
     original = keras_vit.create_model(MODEL, pretrained=True)
@@ -381,6 +403,11 @@ def main():
     ranked = float_rows = None
     # `--dynamic "fc2;qkv|fc1"`: each recipe under each pattern in turn.
     patterns = arguments.dynamic.split(";") if arguments.dynamic else [None]
+    if arguments.float_inputs:
+        scores = input_sensitivity(float_source, calibration)
+        kept = sorted(scores, key=scores.get, reverse=True)[: arguments.float_inputs]
+        print(json.dumps({"float_inputs": {path: f"{scores[path]:.1e}" for path in kept}}), flush=True)
+        patterns = [all_inputs_but(kept)]
     for recipe, dynamic in itertools.product(arguments.recipes.split(","), patterns):
         start = time.perf_counter()
         model = float_source

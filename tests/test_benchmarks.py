@@ -722,3 +722,5 @@ def test_the_dynamic_range_simulation_quantises_only_the_layers_its_pattern_name
     both = keras.ops.convert_to_numpy(second(int8_weights.dynamic_int8(first(int8_weights.dynamic_int8(x)))))
     np.testing.assert_allclose(answers["fc1|fc2"], both, atol=1e-6)
     assert np.abs(answers["fc1|fc2"] - exact).max() > np.abs(answers["fc2"] - exact).max() > 0
+    with int8_weights.dynamic_inputs(int8_weights.all_inputs_but(["fc1"])):  # fc1's input stays float
+        np.testing.assert_array_equal(keras.ops.convert_to_numpy(model(x)), answers["fc2"])
