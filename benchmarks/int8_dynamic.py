@@ -247,6 +247,14 @@ def main():
         help="an .npz of kernels rounded beforehand (`int8_weights.py --save-kernels`, the same source "
         "model), put in the recipes' float model: its min/max rounding then keeps them as they are",
     )
+    parser.add_argument(
+        "--float-inputs",
+        default="",
+        help="comma-separated Dense layers (block_3/fc1, ...: `int8_weights.py --float-inputs`' choice) "
+        "whose FULLY_CONNECTED stays float in every recipe; with --kernels their kernels are int8 levels "
+        "already, so the op computes what a weight-only one would (whose dequantise op ai-edge-quantizer "
+        "0.10 fails to insert beside dynamic-range ones)",
+    )
     arguments = parser.parse_args()
 
     model = keras_vit.create_model(MODEL, pretrained=True)
@@ -286,6 +294,9 @@ def main():
                 *ROTATED_HAD64,
                 projections(None, "|".join(map(op_name_pattern, kept))),
             )
+        if arguments.float_inputs:
+            paths = arguments.float_inputs.split(",")
+            rules = (*rules, projections(None, "|".join(map(op_name_pattern, paths))))
         start = time.perf_counter()
         if source not in float_models:
             built = sources[source]()
@@ -318,6 +329,7 @@ def main():
         row = {
             "recipe": name,
             "kernels": arguments.kernels,
+            "float_inputs": arguments.float_inputs or None,
             "agreement": 1 - flips / len(images),
             "flips": flips,
             "accuracy": float((predicted.argmax(1) == labels).mean()),
