@@ -386,9 +386,14 @@ def main():
     parser.add_argument(
         "--float-inputs", type=int, default=0, metavar="K",
         help="with --dynamic: the K Dense layers whose int8 input alone moves the calibration photos most "
-        "keep a float input (their kernels still int8: a weight-only FULLY_CONNECTED in the file)",
+        "keep a float input (their kernels still on the int8 grid: in the file, a float FULLY_CONNECTED "
+        "holding those levels, `int8_dynamic.py --float-inputs`)",
     )  # fmt: skip
     arguments = parser.parse_args()
+    if arguments.float_inputs and arguments.dynamic != ".*":
+        parser.error(
+            "--float-inputs keeps some inputs of --dynamic's every one in float: give --dynamic alone"
+        )
 
     original = keras_vit.create_model(MODEL, pretrained=True)
     calibration_paths, scored_paths = photos(arguments.dataset, arguments.calibration, arguments.images)
