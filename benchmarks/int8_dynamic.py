@@ -73,25 +73,19 @@ def projections(activations, pattern=".*", algorithm="min_max_uniform_quantize")
     return Rule(pattern, "FULLY_CONNECTED", activations, algorithm)
 
 
-def with_fc2_hadamard(model, group=64, seed=None):
-    """`model` (changed in place) with each block's fc2 input multiplied by `I (x) H_group` in the
-    graph, under the name scope "hadamard", and fc2's kernel by its transpose: the same outputs.
-    With `seed`, `H_group`'s rows take random signs: as exact, another rounding of the kernels."""
-    hadamard = rotate.hadamard(group)
-    if seed is not None:
-        hadamard = np.random.default_rng(seed).choice([-1.0, 1.0], group)[:, None] * hadamard
-    hadamard = hadamard.astype("float32")
+def _with_fc2_input_rotated(model, rotation_of, rotate):
+    """`model` (changed in place) with each block's fc2 input rotated in the graph by
+    `rotate(inputs, rows)`, under the name scope "hadamard", and fc2's kernel rows by the
+    transpose of `rotation_of(rows)`, the same map as a `(rows, rows)` matrix: the same outputs."""
     for block in model.blocks:
         fc2 = block.fc2
         rows = fc2.kernel.shape[0]
-        rotation = np.kron(np.eye(rows // group), hadamard.astype(np.float64))
+        rotation = rotation_of(rows)
         fc2.kernel.assign((rotation.T @ np.asarray(fc2.kernel, np.float64)).astype("float32"))
 
-        def call(inputs, *args, layer=fc2, **kwargs):
+        def call(inputs, *args, layer=fc2, rows=rows, **kwargs):
             with tf.name_scope("hadamard"):
-                rotated = ops.reshape(
-                    ops.matmul(ops.reshape(inputs, (-1, group)), hadamard), ops.shape(inputs)
-                )
+                rotated = ops.reshape(rotate(inputs, rows), ops.shape(inputs))
             # The class's call as it is now: `int8_weights.py` records and quantises Dense inputs
             # by patching it, and must see fc2's rotated input.
             return type(layer).call(layer, rotated, *args, **kwargs)
@@ -100,35 +94,39 @@ def with_fc2_hadamard(model, group=64, seed=None):
     return model
 
 
+def with_fc2_hadamard(model, group=64, seed=None):
+    """`model` (changed in place) with each block's fc2 input multiplied by `I (x) H_group` in the
+    graph, and fc2's kernel by its transpose: the same outputs. With `seed`, `H_group`'s rows take
+    random signs: as exact, another rounding of the kernels."""
+    hadamard = rotate.hadamard(group)
+    if seed is not None:
+        hadamard = np.random.default_rng(seed).choice([-1.0, 1.0], group)[:, None] * hadamard
+    return _with_fc2_input_rotated(
+        model,
+        lambda rows: np.kron(np.eye(rows // group), hadamard),
+        lambda inputs, rows: ops.matmul(ops.reshape(inputs, (-1, group)), hadamard.astype("float32")),
+    )
+
+
 def with_fc2_full_rotation(model, group=64):
     """`model` (changed in place) with each block's whole fc2 input rotated in the graph by an
-    orthogonal `H_(width/group) (x) H_group` in two cheap steps, under the name scope "hadamard":
-    rows of `group` times `H_group` (as `with_fc2_hadamard`), then, across the `width / group`
-    blocks, each of the `group` positions times the small Hadamard (12 x 12 for a width of 768),
-    one TRANSPOSE between; fc2's kernel rows rotated and permuted to match: the same outputs.
-    A massive unit spreads over every channel, not only over its own block of `group`."""
+    orthogonal `H_(width/group) (x) H_group` in two cheap steps: rows of `group` times `H_group`
+    (as `with_fc2_hadamard`), then, across the `width / group` blocks, each of the `group`
+    positions times the small Hadamard (12 x 12 for a width of 768), one TRANSPOSE between; fc2's
+    kernel rows rotated and permuted to match: the same outputs. A massive unit spreads over every
+    channel, not only over its own block of `group`."""
     inner = rotate.hadamard(group)
-    inner32 = inner.astype("float32")
-    for block in model.blocks:
-        fc2 = block.fc2
-        rows = fc2.kernel.shape[0]
-        outer = rotate.hadamard(rows // group)
-        outer32 = outer.astype("float32")
-        # x -> y with y[k * blocks + l] = sum_ij x[i * group + j] inner[j, k] outer[i, l]
-        rotation = np.einsum("il,jk->ijkl", outer, inner).reshape(rows, rows)
-        fc2.kernel.assign((rotation.T @ np.asarray(fc2.kernel, np.float64)).astype("float32"))
 
-        def call(inputs, *args, layer=fc2, blocks=rows // group, outer32=outer32, **kwargs):
-            with tf.name_scope("hadamard"):
-                within = ops.matmul(ops.reshape(inputs, (-1, group)), inner32)
-                across = ops.transpose(ops.reshape(within, (-1, blocks, group)), (0, 2, 1))
-                rotated = ops.reshape(
-                    ops.matmul(ops.reshape(across, (-1, blocks)), outer32), ops.shape(inputs)
-                )
-            return type(layer).call(layer, rotated, *args, **kwargs)
+    def rotation_of(rows):  # x -> y, y[k * blocks + l] = sum_ij x[i * group + j] inner[j, k] outer[i, l]
+        return np.einsum("il,jk->ijkl", rotate.hadamard(rows // group), inner).reshape(rows, rows)
 
-        fc2.call = call
-    return model
+    def rotated(inputs, rows):
+        blocks = rows // group
+        within = ops.matmul(ops.reshape(inputs, (-1, group)), inner.astype("float32"))
+        across = ops.transpose(ops.reshape(within, (-1, blocks, group)), (0, 2, 1))
+        return ops.matmul(ops.reshape(across, (-1, blocks)), rotate.hadamard(blocks).astype("float32"))
+
+    return _with_fc2_input_rotated(model, rotation_of, rotated)
 
 
 def with_value_rotation(model):

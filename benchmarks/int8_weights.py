@@ -37,8 +37,8 @@ rotates each head's values offline); `--dynamic` quantises every Dense input tok
 as LiteRT's dynamic-range FULLY_CONNECTED does (`dynamic_inputs`; `--dynamic fc2` only the
 inputs of the layers whose path that regex finds; `--dynamic "fc2;proj"` each recipe under each
 pattern in turn; `--float-inputs K` keeps in float the inputs of the K Dense layers whose int8
-input alone moves the calibration photos most, `input_sensitivity`), while scoring and, for `seq-adaround`,
-while rounding; `--save-kernels DIR` writes each recipe's kernels for
+input alone moves the calibration photos most, `input_sensitivity`), while scoring and, for
+`seq-adaround`, while rounding; `--save-kernels DIR` writes each recipe's kernels for
 `int8_dynamic.py --kernels`, which makes the TFLite file of them.
 
 Scored against the fp32 Keras model on the photos calibration did not use (the seeded
@@ -155,13 +155,18 @@ def dynamic_int8(x):
     return (keras.ops.clip(keras.ops.round(x / scale) + zero, -128.0, 127.0) - zero) * scale
 
 
+def quantises_input(layers, path):
+    """Whether a Dense layer at `path` quantises its input under `dynamic_inputs(layers)`."""
+    return bool(layers) and re.search(layers, path) is not None
+
+
 @contextlib.contextmanager
 def dynamic_inputs(layers=".*"):
     """Inside it, every Dense layer whose path `layers` (a regex) finds quantises its input as
     `dynamic_int8` does; the others keep theirs in float (which layers' inputs cost most)."""
     call = keras.layers.Dense.call
     keras.layers.Dense.call = lambda layer, inputs, training=None: call(
-        layer, dynamic_int8(inputs) if re.search(layers, layer.path) else inputs, training=training
+        layer, dynamic_int8(inputs) if quantises_input(layers, layer.path) else inputs, training=training
     )
     try:
         yield
@@ -237,7 +242,7 @@ def sequential_adaround(
         for path in called:  # in the order of the forward pass (dicts keep the first call's order)
             layer = by_path[path]
             rounded_inputs = dense_input_rows(model, calibration, [layer.path])[layer.path]
-            if dynamic and re.search(dynamic, layer.path):
+            if quantises_input(dynamic, layer.path):
                 rounded_inputs = keras.ops.convert_to_numpy(dynamic_int8(rounded_inputs))
             rounded_inputs = rounded_inputs.astype(np.float64)
             float_inputs = float_rows[layer.path].astype(np.float64)
