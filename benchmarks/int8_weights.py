@@ -229,17 +229,20 @@ def dense_input_rows(model, images, paths):
 
 
 def sequential_adaround(
-    model, float_rows, calibration, steps=1000, regulariser=0.01, bias=False, dynamic=None
+    model, float_rows, calibration, steps=1000, regulariser=0.01, bias=False, dynamic=None, kept=()
 ):
     """AdaRound kernel by kernel in the forward order, each on the inputs of the model whose
     earlier kernels are already rounded, against the float model's outputs (AdaRound's
     asymmetric reconstruction); `bias` also corrects each bias by the mean error left;
     `dynamic` (a regex of layer paths, `dynamic_inputs`' `layers`): those layers' inputs quantised
-    as the dynamic-range recipe does, in the rounded model and in each layer's own input."""
+    as the dynamic-range recipe does, in the rounded model and in each layer's own input; `kept`:
+    paths whose kernels stay float (the later roundings see their float outputs)."""
     called = dense_input_rows(model, calibration[:1], [layer.path for layer in dense_layers(model)])
     by_path = {layer.path: layer for layer in dense_layers(model)}
     with dynamic_inputs(dynamic) if dynamic else contextlib.nullcontext():
         for path in called:  # in the order of the forward pass (dicts keep the first call's order)
+            if path in kept:
+                continue
             layer = by_path[path]
             rounded_inputs = dense_input_rows(model, calibration, [layer.path])[layer.path]
             if quantises_input(dynamic, layer.path):
@@ -394,11 +397,18 @@ def main():
         "keep a float input (their kernels still on the int8 grid: in the file, a float FULLY_CONNECTED "
         "holding those levels, `int8_dynamic.py --float-inputs`)",
     )  # fmt: skip
+    parser.add_argument(
+        "--float-kernels", action="store_true",
+        help="with --float-inputs: those layers keep their float kernels too (a float FULLY_CONNECTED "
+        "in the file either way, so it costs no time); the roundings after them see their float outputs",
+    )  # fmt: skip
     arguments = parser.parse_args()
     if arguments.float_inputs and arguments.dynamic != ".*":
         parser.error(
             "--float-inputs keeps some inputs of --dynamic's every one in float: give --dynamic alone"
         )
+    if arguments.float_kernels and not arguments.float_inputs:
+        parser.error("--float-kernels keeps --float-inputs' layers' kernels float: give --float-inputs K")
 
     original = keras_vit.create_model(MODEL, pretrained=True)
     calibration_paths, scored_paths = photos(arguments.dataset, arguments.calibration, arguments.images)
@@ -411,6 +421,7 @@ def main():
     float_weights = float_source.get_weights()
     inputs = dense_inputs(float_source, calibration)
     ranked = float_rows = None
+    float_layers = ()  # `--float-kernels`: the layers whose kernels no recipe rounds
     # `--dynamic "fc2;qkv|fc1"`: each recipe under each pattern in turn.
     patterns = arguments.dynamic.split(";") if arguments.dynamic else [None]
     if arguments.float_inputs:
@@ -418,6 +429,7 @@ def main():
         kept = sorted(scores, key=scores.get, reverse=True)[: arguments.float_inputs]
         print(json.dumps({"float_inputs": {path: f"{scores[path]:.1e}" for path in kept}}), flush=True)
         patterns = [all_inputs_but(kept)]
+        float_layers = set(kept) if arguments.float_kernels else ()
     for recipe, dynamic in itertools.product(arguments.recipes.split(","), patterns):
         start = time.perf_counter()
         model = float_source
@@ -425,6 +437,8 @@ def main():
         row = {"recipe": recipe, "source": arguments.source, "dynamic": dynamic}
         if arguments.source != "original":
             row["rotation_seed"] = arguments.rotation_seed
+        if float_layers:
+            row["float_kernels"] = sorted(float_layers)
         if recipe == "awq":
             alphas = awq_scales(model, inputs)
             row["float_kl_of_the_scaling"] = kl_divergence(reference, keras_probabilities(model, images))
@@ -450,9 +464,10 @@ def main():
                 regulariser=options.get("r", 0.01),
                 bias="bias" in parts,
                 dynamic=dynamic,
+                kept=float_layers,
             )
         elif recipe != "float":  # `float`: the kernels as they are (what the activations alone cost)
-            quantise(model, inputs, recipe)
+            quantise(model, inputs, recipe, kept=float_layers)
         if arguments.save_kernels:
             os.makedirs(arguments.save_kernels, exist_ok=True)
             kernels = {layer.path: np.asarray(layer.kernel) for layer in dense_layers(model)}

@@ -540,6 +540,33 @@ def test_sequential_adaround_rounds_a_vits_kernels_in_order_closer_to_its_float_
     assert logits_error() < 0.8 * nearest
 
 
+def test_sequential_adaround_leaves_the_kept_kernels_float_and_rounds_the_rest():
+    """`int8_weights.py --float-kernels`: the layers `kept` (those whose FULLY_CONNECTED stays
+    float in the file) keep their kernels to the bit; every other kernel lands on its int8 grid."""
+    import int8_weights
+    import keras
+    import numpy as np
+
+    import keras_vit
+
+    keras.utils.set_random_seed(0)
+    model = keras_vit.create_model("vit_tiny_patch16_224", image_size=32, num_classes=10, **TINY_ARCHITECTURE)
+    images = np.random.default_rng(0).uniform(-1, 1, (4, 32, 32, 3)).astype("float32")
+    layers = int8_weights.dense_layers(model)
+    float_rows = int8_weights.dense_input_rows(model, images, [layer.path for layer in layers])
+    kept = {layers[0].path, layers[-1].path}
+    before = {layer.path: np.asarray(layer.kernel).copy() for layer in layers}
+    int8_weights.sequential_adaround(model, float_rows, images, steps=20, dynamic=".*", kept=kept)
+    for layer in layers:
+        kernel = np.asarray(layer.kernel)
+        if layer.path in kept:
+            np.testing.assert_array_equal(kernel, before[layer.path])
+        else:
+            steps = kernel.astype(np.float64) / int8_weights.channel_scale(kernel)
+            assert np.allclose(steps, np.round(steps), atol=1e-3), layer.path
+            assert not np.array_equal(kernel, before[layer.path]), layer.path
+
+
 def test_the_awq_scaling_keeps_a_vits_float_answers():
     """Scaling each kernel's input channels and folding the inverse into the norm or V before
     changes nothing in float, whatever alpha each kernel gets."""
