@@ -394,8 +394,8 @@ def main():
     parser.add_argument(
         "--float-inputs", type=int, default=0, metavar="K",
         help="with --dynamic: the K Dense layers whose int8 input alone moves the calibration photos most "
-        "keep a float input (their kernels still on the int8 grid: in the file, a float FULLY_CONNECTED "
-        "holding those levels, `int8_dynamic.py --float-inputs`)",
+        "keep a float input (their kernels still on the int8 grid unless --float-kernels: in the file, a "
+        "float FULLY_CONNECTED holding those levels, `int8_dynamic.py --float-inputs`)",
     )  # fmt: skip
     parser.add_argument(
         "--float-kernels", action="store_true",
