@@ -25,6 +25,10 @@ Recipes (`--recipes`):
   forward pass, each on the inputs of the model whose earlier kernels are already rounded, against
   the float model's outputs (AdaRound's asymmetric reconstruction: the rounding also answers for
   the error upstream); `-bias` then corrects each bias by the mean error left;
+- `block-adaround` (`-s2000`, `-r0.03`, `-n8`: photos a step, 4 by default; `-bias`: the biases
+  learn too): BRECQ, each Transformer block's four kernels rounded together against the float
+  block's output, the int8 inputs inside the loop (`int8_block_rounding.py`); the head then as
+  `seq-adaround`;
 - `float`: no kernel rounded (with `--dynamic`, what the activations alone cost);
 - `float_K`: the K kernels whose rounding alone moves the calibration photos' probabilities most
   (KL divergence) kept in float, the others `rtn`.
@@ -39,7 +43,8 @@ inputs of the layers whose path that regex finds; `--dynamic "fc2;proj"` each re
 pattern in turn; `--float-inputs K` keeps in float the inputs of the K Dense layers whose int8
 input alone moves the calibration photos most, `input_sensitivity`), while scoring and, for
 `seq-adaround`, while rounding; `--save-kernels DIR` writes each recipe's kernels for
-`int8_dynamic.py --kernels`, which makes the TFLite file of them.
+`int8_dynamic.py --kernels`, which makes the TFLite file of them; `--tune-scales LR` then tunes
+each Dense layer's per-channel scale and bias end to end (`int8_float_tuning.py`).
 
 Scored against the fp32 Keras model on the photos calibration did not use (the seeded
 permutation of `int8_rotation.py`): flips of the top-1 class, and the mean KL divergence of the
@@ -48,7 +53,7 @@ probabilities, a finer measure than flips on a thousand photos.
     unzip ../shared/datasets/imagenette2_224_val.zip -d /tmp/imagenette
     HF_HUB_OFFLINE=1 python benchmarks/int8_weights.py --dataset /tmp/imagenette/imagenette2_224/val
 
-One JSON line per recipe; docs/benchmarks/int8.md (ninth, twelfth and thirteenth passes)
+One JSON line per recipe; docs/benchmarks/int8.md (ninth, twelfth to sixteenth passes)
 reports them.
 """
 
@@ -402,6 +407,12 @@ def main():
         help="with --float-inputs: those layers keep their float kernels too (a float FULLY_CONNECTED "
         "in the file either way, so it costs no time); the roundings after them see their float outputs",
     )  # fmt: skip
+    parser.add_argument(
+        "--tune-scales", type=float, default=None, metavar="LR",
+        help="after each recipe: each Dense layer's per-channel scale and bias tuned end to end towards the "
+        "float probabilities on the calibration photos, Adam at LR (`int8_float_tuning.py`)",
+    )  # fmt: skip
+    parser.add_argument("--tune-steps", type=int, default=200, help="--tune-scales' steps (8 photos each)")
     arguments = parser.parse_args()
     if arguments.float_inputs and arguments.dynamic != ".*":
         parser.error(
@@ -450,24 +461,38 @@ def main():
                 ranked = sorted(scores, key=scores.get, reverse=True)
                 row["most_sensitive"] = {path: f"{scores[path]:.1e}" for path in ranked[:6]}
             quantise(model, inputs, "rtn", kept=set(ranked[: int(recipe.split("_")[1])]))
-        elif recipe.startswith("seq"):  # seq-adaround[-bias][-s2000][-r0.03]
+        elif recipe.startswith(("seq", "block")):  # seq-adaround[-bias][-s2000][-r0.03], block-adaround[-n8]
             parts = recipe.split("-")[2:]
             options = {part[0]: float(part[1:]) for part in parts if part != "bias"}
             if float_rows is None:  # the float weights, put back above
                 every_path = [layer.path for layer in dense_layers(float_source)]
                 float_rows = dense_input_rows(float_source, calibration, every_path)
+            rounding = dict(steps=int(options.get("s", 1000)), regulariser=options.get("r", 0.01))
+            kept = set(float_layers)
+            if recipe.startswith("block"):
+                import int8_block_rounding
+
+                int8_block_rounding.block_adaround(
+                    model, calibration, dynamic=dynamic, kept=kept, learn_bias="bias" in parts,
+                    batch=int(options.get("n", 4)), log=lambda fit: print(json.dumps(fit), flush=True),
+                    **rounding,
+                )  # fmt: skip
+                kept |= {layer.path for block in model.blocks for layer in dense_layers(block)}
+            # seq-adaround: every kernel; after block-adaround, those outside the blocks (the head)
             sequential_adaround(
-                model,
-                float_rows,
-                calibration,
-                steps=int(options.get("s", 1000)),
-                regulariser=options.get("r", 0.01),
-                bias="bias" in parts,
-                dynamic=dynamic,
-                kept=float_layers,
-            )
+                model, float_rows, calibration, bias="bias" in parts and recipe.startswith("seq"),
+                dynamic=dynamic, kept=kept, **rounding,
+            )  # fmt: skip
         elif recipe != "float":  # `float`: the kernels as they are (what the activations alone cost)
             quantise(model, inputs, recipe, kept=float_layers)
+        if arguments.tune_scales:
+            import int8_float_tuning
+
+            int8_float_tuning.tune_scales_and_biases(
+                model, calibration, keras_probabilities(original, calibration), dynamic=dynamic,
+                steps=arguments.tune_steps, learning_rate=arguments.tune_scales,
+            )  # fmt: skip
+            row.update(tune_scales=arguments.tune_scales, tune_steps=arguments.tune_steps)
         if arguments.save_kernels:
             os.makedirs(arguments.save_kernels, exist_ok=True)
             kernels = {layer.path: np.asarray(layer.kernel) for layer in dense_layers(model)}

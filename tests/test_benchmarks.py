@@ -567,6 +567,66 @@ def test_sequential_adaround_leaves_the_kept_kernels_float_and_rounds_the_rest()
             assert not np.array_equal(kernel, before[layer.path]), layer.path
 
 
+def test_block_adaround_rounds_each_blocks_kernels_up_or_down_on_their_grid_and_leaves_the_head():
+    """`int8_weights.py --recipes block-adaround` (BRECQ): every kernel of every block lands on its
+    int8 grid, each weight on the level below or above its float value, with the model's int8
+    inputs in the loop; the head, outside the blocks, is left to the caller (`seq-adaround`)."""
+    import int8_block_rounding
+    import int8_weights
+    import keras
+    import numpy as np
+
+    import keras_vit
+
+    keras.utils.set_random_seed(0)
+    model = keras_vit.create_model("vit_tiny_patch16_224", image_size=32, num_classes=10, **TINY_ARCHITECTURE)
+    images = np.random.default_rng(0).uniform(-1, 1, (8, 32, 32, 3)).astype("float32")
+    before = {layer.path: np.asarray(layer.kernel, np.float64) for layer in int8_weights.dense_layers(model)}
+    fits = []
+    int8_block_rounding.block_adaround(model, images, dynamic=".*", steps=50, batch=4, log=fits.append)
+    assert [row["block"] for row in fits] == [0, 1]
+    for layer in int8_weights.dense_layers(model):
+        kernel = np.asarray(layer.kernel, np.float64)
+        if layer.path == "head":
+            np.testing.assert_array_equal(kernel, before[layer.path])
+            continue
+        scale = int8_weights.channel_scale(before[layer.path])
+        levels = kernel / scale
+        assert np.allclose(levels, np.round(levels), atol=1e-3), layer.path
+        assert np.all(np.abs(levels - before[layer.path] / scale) < 1 + 1e-3), layer.path
+        assert not np.array_equal(kernel, before[layer.path]), layer.path
+
+
+def test_tuning_the_scales_and_biases_keeps_each_kernels_int8_levels():
+    """`int8_weights.py --tune-scales`: each Dense column only scales (by a positive factor), so a
+    file's quantiser finds the same int8 levels; the biases move."""
+    import int8_float_tuning
+    import int8_weights
+    import keras
+    import numpy as np
+
+    import keras_vit
+
+    keras.utils.set_random_seed(0)
+    model = keras_vit.create_model("vit_tiny_patch16_224", image_size=32, num_classes=10, **TINY_ARCHITECTURE)
+    images = np.random.default_rng(0).uniform(-1, 1, (16, 32, 32, 3)).astype("float32")
+    reference = keras.ops.convert_to_numpy(keras.ops.softmax(model(images)))
+    layers = int8_weights.dense_layers(model)
+    for layer in layers:
+        layer.kernel.assign(int8_weights.round_to_nearest(np.asarray(layer.kernel, np.float64)))
+
+    def levels_of(layer):
+        kernel = np.asarray(layer.kernel)
+        return kernel / int8_weights.channel_scale(kernel)
+
+    levels = {layer.path: levels_of(layer) for layer in layers}
+    biases = {layer.path: np.asarray(layer.bias).copy() for layer in layers}
+    int8_float_tuning.tune_scales_and_biases(model, images, reference, steps=20, learning_rate=1e-3)
+    for layer in layers:
+        np.testing.assert_allclose(levels_of(layer), levels[layer.path], atol=1e-3)
+        assert not np.array_equal(np.asarray(layer.bias), biases[layer.path]), layer.path
+
+
 def test_the_awq_scaling_keeps_a_vits_float_answers():
     """Scaling each kernel's input channels and folding the inverse into the norm or V before
     changes nothing in float, whatever alpha each kernel gets."""
