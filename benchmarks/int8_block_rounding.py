@@ -44,8 +44,8 @@ def run_block(block, tokens, dynamic=None, batch=10):
 
 @contextlib.contextmanager
 def straight_through_inputs(layers):
-    """Inside it, each Dense layer whose path the regex `layers` finds quantises its input as
-    `dynamic_int8` does forwards and passes the gradient straight through backwards."""
+    """Inside it, each Dense layer whose path the regex `layers` finds (None: none) quantises its
+    input as `dynamic_int8` does forwards and passes the gradient straight through backwards."""
     call = keras.layers.Dense.call
 
     def quantised(layer, inputs, training=None):
@@ -132,9 +132,8 @@ def round_block(
     def step(tokens, target, beta, weight):
         with tf.GradientTape() as tape:
             mapping = [pair for rounding in roundings for pair in rounding.mapping()]
-            with keras.StatelessScope(state_mapping=mapping):
-                with straight_through_inputs(dynamic) if dynamic else contextlib.nullcontext():
-                    output = block(tokens, training=False)
+            with keras.StatelessScope(state_mapping=mapping), straight_through_inputs(dynamic):
+                output = block(tokens, training=False)
             error = tf.reduce_mean(tf.reduce_sum(tf.square(output - target), -1))
             penalty = tf.add_n([rounding.penalty(beta) for rounding in roundings])
             loss = error + weight * regulariser * penalty
