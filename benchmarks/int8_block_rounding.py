@@ -17,9 +17,16 @@ import contextlib
 import keras
 import numpy as np
 import tensorflow as tf
-from int8_weights import LEVELS, channel_scale, dense_layers, dynamic_int8, quantises_input
-
-ZETA, GAMMA = 1.1, -0.1  # the rectified sigmoid's stretch (AdaRound)
+from int8_weights import (
+    GAMMA,
+    LEVELS,
+    ZETA,
+    channel_scale,
+    dense_layers,
+    dynamic_inputs,
+    dynamic_int8,
+    quantises_input,
+)
 
 
 def block_inputs(model, images, batch=10):
@@ -34,8 +41,6 @@ def block_inputs(model, images, batch=10):
 def run_block(block, tokens, dynamic=None, batch=10):
     """`block` on `tokens` (numpy, by `batch` images), each Dense input it quantises under
     `dynamic_inputs(dynamic)` quantised as the file does."""
-    from int8_weights import dynamic_inputs
-
     with dynamic_inputs(dynamic) if dynamic else contextlib.nullcontext():
         return np.concatenate(
             [np.asarray(block(tokens[i : i + batch], training=False)) for i in range(0, len(tokens), batch)]

@@ -75,6 +75,7 @@ import keras_vit  # noqa: E402
 
 ROTATED_SOURCES = ("rms_had64", "rms_had64_vrot", "rms_had768")  # `source_model`
 LEVELS = 127  # symmetric int8: -127..127, as TFLite's int8 weights
+ZETA, GAMMA = 1.1, -0.1  # AdaRound's rectified sigmoid's stretch
 
 
 def channel_scale(kernel):
@@ -123,7 +124,7 @@ def adaround(kernel, hessian, steps=1000, regulariser=0.01, learning_rate=1e-2, 
     scale = channel_scale(kernel)
     low = np.floor(kernel / scale)
     rest = np.clip(kernel / scale - low, 0.01, 0.99)
-    zeta, gamma = 1.1, -0.1  # the rectified sigmoid's stretch
+    zeta, gamma = ZETA, GAMMA
     v = -np.log((zeta - gamma) / (rest - gamma) - 1)  # starts where rounding to nearest would choose
     first, second = np.zeros_like(v), np.zeros_like(v)
     warmup = steps // 5
