@@ -12,20 +12,17 @@ between the kernels. With `learn_bias`, each bias moves too (a dynamic-range FUL
 its bias in float: free in the file).
 """
 
-import contextlib
-
 import keras
 import numpy as np
 import tensorflow as tf
 from int8_weights import (
     GAMMA,
-    LEVELS,
     ZETA,
-    channel_scale,
+    adaround_kernel,
+    adaround_start,
     dense_layers,
     dynamic_inputs,
-    dynamic_int8,
-    quantises_input,
+    straight_through_inputs,
 )
 
 
@@ -41,28 +38,10 @@ def block_inputs(model, images, batch=10):
 def run_block(block, tokens, dynamic=None, batch=10):
     """`block` on `tokens` (numpy, by `batch` images), each Dense input it quantises under
     `dynamic_inputs(dynamic)` quantised as the file does."""
-    with dynamic_inputs(dynamic) if dynamic else contextlib.nullcontext():
+    with dynamic_inputs(dynamic):
         return np.concatenate(
             [np.asarray(block(tokens[i : i + batch], training=False)) for i in range(0, len(tokens), batch)]
         )
-
-
-@contextlib.contextmanager
-def straight_through_inputs(layers):
-    """Inside it, each Dense layer whose path the regex `layers` finds (None: none) quantises its
-    input as `dynamic_int8` does forwards and passes the gradient straight through backwards."""
-    call = keras.layers.Dense.call
-
-    def quantised(layer, inputs, training=None):
-        if quantises_input(layers, layer.path):
-            inputs = inputs + tf.stop_gradient(dynamic_int8(inputs) - inputs)
-        return call(layer, inputs, training=training)
-
-    keras.layers.Dense.call = quantised
-    try:
-        yield
-    finally:
-        keras.layers.Dense.call = call
 
 
 class _Rounding:
@@ -71,12 +50,9 @@ class _Rounding:
 
     def __init__(self, layer, learn_bias):
         self.layer = layer
-        kernel = np.asarray(layer.kernel, np.float64)
-        self.kernel = kernel
-        self.scale = channel_scale(kernel)
-        self.low = np.floor(kernel / self.scale)
-        rest = np.clip(kernel / self.scale - self.low, 0.01, 0.99)
-        self.v = tf.Variable(-np.log((ZETA - GAMMA) / (rest - GAMMA) - 1), dtype="float32")
+        self.kernel = np.asarray(layer.kernel, np.float64)
+        self.scale, self.low, v = adaround_start(self.kernel)
+        self.v = tf.Variable(v, dtype="float32")
         self.bias_shift = tf.Variable(np.zeros(layer.bias.shape), dtype="float32") if learn_bias else None
 
     @property
@@ -99,12 +75,9 @@ class _Rounding:
         return tf.reduce_sum(1.0 - tf.abs(2.0 * self.up() - 1.0) ** beta)
 
     def assign(self):
-        """The hard rounding into the layer (each channel's largest |w| kept at +-127, so a
-        quantiser that takes the kernel as float finds this very grid), and the learned bias."""
-        levels = np.clip(self.low + (np.asarray(self.up()) >= 0.5), -LEVELS, LEVELS)
-        largest, channels = np.abs(self.kernel).argmax(0), np.arange(self.kernel.shape[1])
-        levels[largest, channels] = np.sign(self.kernel[largest, channels]) * LEVELS
-        self.layer.kernel.assign((levels * self.scale).astype("float32"))
+        """The hard rounding into the layer (`adaround_kernel`), and the learned bias."""
+        rounded = adaround_kernel(self.kernel, self.scale, self.low, np.asarray(self.up()) >= 0.5)
+        self.layer.kernel.assign(rounded.astype("float32"))
         if self.bias_shift is not None:
             self.layer.bias.assign(np.asarray(self.layer.bias) + np.asarray(self.bias_shift))
 

@@ -11,8 +11,7 @@ About 21,000 numbers on the real ViT-Ti, against 100 photos of 1,000 probabiliti
 import keras
 import numpy as np
 import tensorflow as tf
-from int8_block_rounding import straight_through_inputs
-from int8_weights import dense_layers
+from int8_weights import dense_layers, straight_through_inputs
 
 
 def tune_scales_and_biases(

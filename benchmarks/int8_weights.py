@@ -121,16 +121,12 @@ def adaround(kernel, hessian, steps=1000, regulariser=0.01, learning_rate=1e-2, 
     kernel = kernel.astype(np.float32)
     hessian = hessian.astype(np.float32)
     drift = 0 if drift is None else drift.astype(np.float32)
-    scale = channel_scale(kernel)
-    low = np.floor(kernel / scale)
-    rest = np.clip(kernel / scale - low, 0.01, 0.99)
-    zeta, gamma = ZETA, GAMMA
-    v = -np.log((zeta - gamma) / (rest - gamma) - 1)  # starts where rounding to nearest would choose
+    scale, low, v = adaround_start(kernel)
     first, second = np.zeros_like(v), np.zeros_like(v)
     warmup = steps // 5
     for step in range(1, steps + 1):
         sigmoid = 1 / (1 + np.exp(-v))
-        stretched = sigmoid * (zeta - gamma) + gamma
+        stretched = sigmoid * (ZETA - GAMMA) + GAMMA
         up = np.clip(stretched, 0, 1)
         delta = (low + up) * scale - kernel
         gradient = 2 * (hessian @ delta + drift) * scale  # d tr(dW^T H dW) / d up
@@ -138,11 +134,25 @@ def adaround(kernel, hessian, steps=1000, regulariser=0.01, learning_rate=1e-2, 
             beta = 20 + (2 - 20) * (step - warmup) / (steps - warmup)
             centred = 2 * up - 1
             gradient += regulariser * -2 * beta * np.abs(centred) ** (beta - 1) * np.sign(centred)
-        gradient *= ((stretched > 0) & (stretched < 1)) * sigmoid * (1 - sigmoid) * (zeta - gamma)
+        gradient *= ((stretched > 0) & (stretched < 1)) * sigmoid * (1 - sigmoid) * (ZETA - GAMMA)
         first = 0.9 * first + 0.1 * gradient
         second = 0.999 * second + 0.001 * gradient**2
         v -= learning_rate * (first / (1 - 0.9**step)) / (np.sqrt(second / (1 - 0.999**step)) + 1e-8)
-    up = (1 / (1 + np.exp(-v))) * (zeta - gamma) + gamma >= 0.5
+    return adaround_kernel(kernel, scale, low, (1 / (1 + np.exp(-v))) * (ZETA - GAMMA) + GAMMA >= 0.5)
+
+
+def adaround_start(kernel):
+    """AdaRound's start for `kernel`: `(scale, low, v)`, the per-channel int8 grid of
+    `round_to_nearest`, each weight's level below, and the relaxation's variable where rounding
+    to nearest would choose (`h(v)`, the rectified sigmoid, the fraction above `low`)."""
+    scale = channel_scale(kernel)
+    low = np.floor(kernel / scale)
+    rest = np.clip(kernel / scale - low, 0.01, 0.99)
+    return scale, low, -np.log((ZETA - GAMMA) / (rest - GAMMA) - 1)
+
+
+def adaround_kernel(kernel, scale, low, up):
+    """The rounded `kernel` (float64): each weight at `low` or the level above (`up`, 0 or 1)."""
     levels = np.clip(low + up, -LEVELS, LEVELS)
     # Each channel's largest |w| stays at +-127, so that a quantiser that takes the result as
     # float (max |w| / 127 again) finds the same grid and these very levels.
@@ -167,17 +177,38 @@ def quantises_input(layers, path):
 
 
 @contextlib.contextmanager
-def dynamic_inputs(layers=".*"):
-    """Inside it, every Dense layer whose path `layers` (a regex) finds quantises its input as
-    `dynamic_int8` does; the others keep theirs in float (which layers' inputs cost most)."""
+def _dense_inputs_mapped(map_input):
+    """Inside it, every Dense layer calls itself on `map_input(layer, inputs)`."""
     call = keras.layers.Dense.call
     keras.layers.Dense.call = lambda layer, inputs, training=None: call(
-        layer, dynamic_int8(inputs) if quantises_input(layers, layer.path) else inputs, training=training
+        layer, map_input(layer, inputs), training=training
     )
     try:
         yield
     finally:
         keras.layers.Dense.call = call
+
+
+def dynamic_inputs(layers=".*"):
+    """Inside it, every Dense layer whose path `layers` (a regex; None: none) finds quantises its
+    input as `dynamic_int8` does; the others keep theirs in float (which layers' inputs cost most)."""
+    return _dense_inputs_mapped(
+        lambda layer, inputs: dynamic_int8(inputs) if quantises_input(layers, layer.path) else inputs
+    )
+
+
+def straight_through_inputs(layers):
+    """`dynamic_inputs(layers)` forwards, the gradient passed straight through the rounding
+    backwards: what the learned recipes (`int8_block_rounding`, `int8_float_tuning`) train under."""
+    import tensorflow as tf
+
+    return _dense_inputs_mapped(
+        lambda layer, inputs: (
+            inputs + tf.stop_gradient(dynamic_int8(inputs) - inputs)
+            if quantises_input(layers, layer.path)
+            else inputs
+        )
+    )
 
 
 def dense_layers(model):
