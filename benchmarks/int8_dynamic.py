@@ -73,11 +73,14 @@ def projections(activations, pattern=".*", algorithm="min_max_uniform_quantize")
     return Rule(pattern, "FULLY_CONNECTED", activations, algorithm)
 
 
-def _with_fc2_input_rotated(model, rotation_of, rotate):
-    """`model` (changed in place) with each block's fc2 input rotated in the graph by
-    `rotate(inputs, rows)`, under the name scope "hadamard", and fc2's kernel rows by the
-    transpose of `rotation_of(rows)`, the same map as a `(rows, rows)` matrix: the same outputs."""
-    for block in model.blocks:
+def _with_fc2_input_rotated(model, rotation_of, rotate, blocks=None):
+    """`model` (changed in place) with each block's fc2 input (those of `blocks`, indices: all by
+    default) rotated in the graph by `rotate(inputs, rows)`, under the name scope "hadamard", and
+    fc2's kernel rows by the transpose of `rotation_of(rows)`, the same map as a `(rows, rows)`
+    matrix: the same outputs."""
+    for index, block in enumerate(model.blocks):
+        if blocks is not None and index not in blocks:
+            continue
         fc2 = block.fc2
         rows = fc2.kernel.shape[0]
         rotation = rotation_of(rows)
@@ -94,10 +97,12 @@ def _with_fc2_input_rotated(model, rotation_of, rotate):
     return model
 
 
-def with_fc2_hadamard(model, group=64, seed=None):
+def with_fc2_hadamard(model, group=64, seed=None, blocks=None):
     """`model` (changed in place) with each block's fc2 input multiplied by `I (x) H_group` in the
     graph, and fc2's kernel by its transpose: the same outputs. With `seed`, `H_group`'s rows take
-    random signs: as exact, another rounding of the kernels."""
+    random signs: as exact, another rounding of the kernels. `blocks`: only those (indices); the
+    real ViT-Ti's massive MLP unit is block 7's (seventeenth pass: the others' cost more time
+    than they save divergence)."""
     hadamard = rotate.hadamard(group)
     if seed is not None:
         hadamard = np.random.default_rng(seed).choice([-1.0, 1.0], group)[:, None] * hadamard
@@ -105,6 +110,7 @@ def with_fc2_hadamard(model, group=64, seed=None):
         model,
         lambda rows: np.kron(np.eye(rows // group), hadamard),
         lambda inputs, rows: ops.matmul(ops.reshape(inputs, (-1, group)), hadamard.astype("float32")),
+        blocks,
     )
 
 
@@ -148,6 +154,11 @@ def with_value_rotation(model):
         proj = attention.proj
         proj.kernel.assign((rotation.T @ np.asarray(proj.kernel, np.float64)).astype("float32"))
     return model
+
+
+def block_indices(text):
+    """`--hadamard-blocks`' "7,8" as `[7, 8]`; None (every block) when not given."""
+    return None if text is None else [int(index) for index in text.split(",") if index]
 
 
 def copy_of(model):
@@ -253,7 +264,12 @@ def main():
         "already, so the op computes what a weight-only one would (whose dequantise op ai-edge-quantizer "
         "0.10 fails to insert beside dynamic-range ones)",
     )
+    parser.add_argument(
+        "--hadamard-blocks", default=None, metavar="7,8",
+        help="`rms_had64`'s Hadamard on fc2's input in these blocks only (indices; all by default)",
+    )  # fmt: skip
     arguments = parser.parse_args()
+    hadamard_blocks = block_indices(arguments.hadamard_blocks)
 
     model = keras_vit.create_model(MODEL, pretrained=True)
     calibration_paths, scored_paths = photos(arguments.dataset, arguments.calibration, arguments.images)
@@ -265,7 +281,9 @@ def main():
         "original": lambda: model,
         "rms": lambda: rotate.rotated_copy(model, norm="rms"),
         "original had64": lambda: with_fc2_hadamard(copy_of(model)),
-        "rms had64": lambda: with_fc2_hadamard(rotate.rotated_copy(model, norm="rms")),
+        "rms had64": lambda: with_fc2_hadamard(
+            rotate.rotated_copy(model, norm="rms"), blocks=hadamard_blocks
+        ),
         "rms had768": lambda: with_fc2_full_rotation(rotate.rotated_copy(model, norm="rms")),
         **{
             f"original had64 signs{seed}": lambda seed=seed: with_fc2_hadamard(copy_of(model), seed=seed)
@@ -328,6 +346,7 @@ def main():
             "recipe": name,
             "kernels": arguments.kernels,
             "float_inputs": arguments.float_inputs or None,
+            "hadamard_blocks": hadamard_blocks,
             "agreement": 1 - flips / len(images),
             "flips": flips,
             "accuracy": float((predicted.argmax(1) == labels).mean()),

@@ -393,13 +393,14 @@ def quantise(model, inputs, recipe, kept=()):
             )
 
 
-def source_model(original, source, seed=0):
+def source_model(original, source, seed=0, hadamard_blocks=None):
     """A float copy of `original`: itself (`original`), or the rotated copy with RMSNorms and
     fc2's input rotated in the graph by a Hadamard of 64 (`rms_had64`, `int8_dynamic.py`'s model
     of that name), whose kernels are the ones a dynamic-range file then rounds with no online
     rotation; `rms_had64_vrot` also rotates each head's values offline
     (`int8_dynamic.with_value_rotation`: `proj`'s input arrives rotated per head, at no cost);
-    `rms_had768` rotates fc2's whole input instead (`int8_dynamic.with_fc2_full_rotation`)."""
+    `rms_had768` rotates fc2's whole input instead (`int8_dynamic.with_fc2_full_rotation`).
+    `hadamard_blocks`: `rms_had64`'s Hadamard in those blocks only (indices; None: all)."""
     if source == "original":
         model = original.__class__.from_config(original.get_config())
         model.set_weights(original.get_weights())
@@ -411,7 +412,7 @@ def source_model(original, source, seed=0):
     model = rotate.rotated_copy(original, seed=seed, norm="rms")
     if source == "rms_had768":
         return int8_dynamic.with_fc2_full_rotation(model)
-    model = int8_dynamic.with_fc2_hadamard(model)
+    model = int8_dynamic.with_fc2_hadamard(model, blocks=hadamard_blocks)
     return int8_dynamic.with_value_rotation(model) if source == "rms_had64_vrot" else model
 
 
@@ -423,6 +424,10 @@ def main():
     parser.add_argument("--recipes", default="rtn,bias,gptq,awq,float_4,float_12")
     parser.add_argument("--source", default="original", choices=("original", *ROTATED_SOURCES))
     parser.add_argument("--rotation-seed", type=int, default=0, help="rms_had64's random signs")
+    parser.add_argument(
+        "--hadamard-blocks", default=None, metavar="7,8",
+        help="`rms_had64`'s Hadamard on fc2's input in these blocks only (indices; all by default)",
+    )  # fmt: skip
     parser.add_argument(
         "--dynamic", nargs="?", const=".*", default=None, metavar="LAYERS",
         help="Dense inputs quantised as dynamic range does: every one, or those whose path the regex finds",
@@ -460,7 +465,10 @@ def main():
     print(json.dumps({"images": len(images), "calibration": len(calibration)}), flush=True)
     # One model for every recipe, its float weights put back before each: a second rotated copy
     # would name its layers apart, and the calibration inputs are found by layer path.
-    float_source = source_model(original, arguments.source, arguments.rotation_seed)
+    import int8_dynamic
+
+    hadamard_blocks = int8_dynamic.block_indices(arguments.hadamard_blocks)
+    float_source = source_model(original, arguments.source, arguments.rotation_seed, hadamard_blocks)
     float_weights = float_source.get_weights()
     inputs = dense_inputs(float_source, calibration)
     ranked = float_rows = None
@@ -480,6 +488,8 @@ def main():
         row = {"recipe": recipe, "source": arguments.source, "dynamic": dynamic}
         if arguments.source != "original":
             row["rotation_seed"] = arguments.rotation_seed
+        if hadamard_blocks is not None:
+            row["hadamard_blocks"] = hadamard_blocks
         if float_layers:
             row["float_kernels"] = sorted(float_layers)
         if recipe == "awq":

@@ -671,6 +671,27 @@ def test_rotating_each_heads_values_and_the_output_projection_keeps_a_vits_float
         assert np.abs(kernel - rotated).max() > 1e-3, name
 
 
+def test_the_fc2_hadamard_in_named_blocks_rotates_only_theirs_and_keeps_the_answers():
+    """`with_fc2_hadamard(..., blocks=[1])` (`--hadamard-blocks 1`): block 1's fc2 input rotated
+    in the graph and its kernel to match, block 0's left as it was; the same answers in float."""
+    import int8_dynamic
+    import keras
+    import numpy as np
+
+    import keras_vit
+
+    keras.utils.set_random_seed(0)
+    model = keras_vit.create_model("vit_tiny_patch16_224", image_size=32, num_classes=10, **TINY_ARCHITECTURE)
+    images = np.random.default_rng(0).uniform(-1, 1, (8, 32, 32, 3)).astype("float32")
+    before = keras.ops.convert_to_numpy(model(images))
+    copy = int8_dynamic.with_fc2_hadamard(int8_dynamic.copy_of(model), 16, blocks=[1])
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(copy(images)), before, atol=1e-5)
+    kernels = [[np.asarray(m.blocks[i].fc2.kernel) for m in (model, copy)] for i in range(2)]
+    np.testing.assert_array_equal(*kernels[0])
+    assert np.abs(kernels[1][0] - kernels[1][1]).max() > 1e-3
+    assert int8_dynamic.block_indices("7,8") == [7, 8] and int8_dynamic.block_indices(None) is None
+
+
 def test_rotating_fc2s_whole_input_keeps_a_vits_answers_and_spreads_a_massive_unit_over_every_channel():
     """`benchmarks/int8_dynamic.py`'s `with_fc2_full_rotation`: fc2's input times `H_4 (x) H_16`
     in two steps in the graph, fc2's kernel rotated and permuted to match: the same answers in
