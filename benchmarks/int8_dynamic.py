@@ -27,6 +27,7 @@ import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
+import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from int8_rotation import MODEL, fp32, keras_probabilities, labels_of, photos, read, tflite_probabilities  # noqa: E402
@@ -156,6 +157,36 @@ def with_value_rotation(model):
     return model
 
 
+CLS_SCOPE = "cls_float"
+
+
+def with_float_cls_rows(model):
+    """`model` (changed in place) with the [cls] token's row of every Dense input multiplied by
+    the layer's kernel as it is now, a constant, under the name scope "cls_float" (which the
+    recipes keep float), and the other rows through the layer (dynamic-range int8 in the file):
+    `int8_weights.float_cls_rows` as a graph. A layer that sees the [cls] token alone (the last
+    block's, the head) is float whole. Kernels put in the layers later (`--kernels`) reach the
+    other rows only."""
+    for dense in model._flatten_layers():
+        if not isinstance(dense, keras.layers.Dense):
+            continue
+        kernel = np.asarray(dense.kernel)
+        bias = None if dense.bias is None else np.asarray(dense.bias)
+
+        def call(inputs, *args, layer=dense, inner=dense.call, kernel=kernel, bias=bias, **kwargs):
+            def exact(rows):
+                with tf.name_scope(CLS_SCOPE):
+                    outputs = ops.matmul(rows, kernel)
+                    return layer.activation(outputs + bias if bias is not None else outputs)
+
+            if len(inputs.shape) == 3 and inputs.shape[1] > 1:
+                return ops.concatenate([exact(inputs[:, :1]), inner(inputs[:, 1:], *args, **kwargs)], axis=1)
+            return exact(inputs)
+
+        dense.call = call
+    return model
+
+
 def block_indices(text):
     """`--hadamard-blocks`' "7,8" as `[7, 8]`; None (every block) when not given."""
     return None if text is None else [int(index) for index in text.split(",") if index]
@@ -268,6 +299,11 @@ def main():
         "--hadamard-blocks", default=None, metavar="7,8",
         help="`rms_had64`'s Hadamard on fc2's input in these blocks only (indices; all by default)",
     )  # fmt: skip
+    parser.add_argument(
+        "--float-cls", action="store_true",
+        help="the [cls] token's row of every FULLY_CONNECTED in float, with the float kernel "
+        "(`with_float_cls_rows`; `int8_weights.py --float-cls`)",
+    )  # fmt: skip
     arguments = parser.parse_args()
     hadamard_blocks = block_indices(arguments.hadamard_blocks)
 
@@ -313,9 +349,13 @@ def main():
         if arguments.float_inputs:
             paths = arguments.float_inputs.split(",")
             rules = (*rules, projections(None, "|".join(map(op_name_pattern, paths))))
+        if arguments.float_cls:
+            rules = (*rules, projections(None, CLS_SCOPE))
         start = time.perf_counter()
         if source not in float_models:
             built = sources[source]()
+            if arguments.float_cls:
+                with_float_cls_rows(built)
             if arguments.kernels:
                 with np.load(arguments.kernels) as saved:
                     kernels = {path for path in saved.files if not path.endswith("/bias")}
@@ -347,6 +387,7 @@ def main():
             "kernels": arguments.kernels,
             "float_inputs": arguments.float_inputs or None,
             "hadamard_blocks": hadamard_blocks,
+            "float_cls": arguments.float_cls,
             "agreement": 1 - flips / len(images),
             "flips": flips,
             "accuracy": float((predicted.argmax(1) == labels).mean()),

@@ -197,6 +197,31 @@ def dynamic_inputs(layers=".*"):
     )
 
 
+@contextlib.contextmanager
+def float_cls_rows(float_kernels):
+    """Inside it (and inside `dynamic_inputs`), the [cls] token's row of each Dense input meets
+    the layer's float kernel (`float_kernels[path]`) in float, while the other rows take the Dense
+    call as it is (int8 inputs, rounded kernels): what `int8_dynamic.py --float-cls` puts in the
+    file. A layer that sees the [cls] token alone (the last block's, the head) is float whole."""
+    call = keras.layers.Dense.call
+
+    def split(layer, inputs, training=None):
+        def exact(rows):
+            outputs = keras.ops.matmul(rows, float_kernels[layer.path])
+            return layer.activation(outputs + layer.bias if layer.bias is not None else outputs)
+
+        if len(inputs.shape) == 3 and inputs.shape[1] > 1:
+            rest = call(layer, inputs[:, 1:], training=training)
+            return keras.ops.concatenate([exact(inputs[:, :1]), rest], axis=1)
+        return exact(inputs)
+
+    keras.layers.Dense.call = split
+    try:
+        yield
+    finally:
+        keras.layers.Dense.call = call
+
+
 def straight_through_inputs(layers):
     """`dynamic_inputs(layers)` forwards, the gradient passed straight through the rounding
     backwards: what the learned recipes (`int8_block_rounding`, `int8_float_tuning`) train under."""
@@ -450,6 +475,11 @@ def main():
         "float probabilities on the calibration photos, Adam at LR (`int8_float_tuning.py`)",
     )  # fmt: skip
     parser.add_argument("--tune-steps", type=int, default=200, help="--tune-scales' steps (8 photos each)")
+    parser.add_argument(
+        "--float-cls", action="store_true",
+        help="when scoring: the [cls] token's row of every Dense layer in float with its float kernel "
+        "(`float_cls_rows`), the other rows as the recipe makes them",
+    )  # fmt: skip
     arguments = parser.parse_args()
     if arguments.float_inputs and arguments.dynamic != ".*":
         parser.error(
@@ -470,6 +500,7 @@ def main():
     hadamard_blocks = int8_dynamic.block_indices(arguments.hadamard_blocks)
     float_source = source_model(original, arguments.source, arguments.rotation_seed, hadamard_blocks)
     float_weights = float_source.get_weights()
+    float_kernels = {layer.path: np.asarray(layer.kernel) for layer in dense_layers(float_source)}
     inputs = dense_inputs(float_source, calibration)
     ranked = float_rows = None
     float_layers = ()  # `--float-kernels`: the layers whose kernels no recipe rounds
@@ -542,7 +573,12 @@ def main():
             np.savez(
                 os.path.join(arguments.save_kernels, f"{arguments.source}-{recipe}.npz"), **kernels, **biases
             )
-        with dynamic_inputs(dynamic) if dynamic else contextlib.nullcontext():
+        with contextlib.ExitStack() as scoring:
+            if dynamic:
+                scoring.enter_context(dynamic_inputs(dynamic))
+            if arguments.float_cls:  # inside `dynamic_inputs`: the [cls] rows skip its rounding
+                scoring.enter_context(float_cls_rows(float_kernels))
+                row["float_cls"] = True
             probabilities = keras_probabilities(model, images)
         flips = int((probabilities.argmax(1) != reference.argmax(1)).sum())
         row.update(

@@ -832,3 +832,43 @@ def test_the_dynamic_range_simulation_quantises_only_the_layers_its_pattern_name
     assert np.abs(answers["fc1|fc2"] - exact).max() > np.abs(answers["fc2"] - exact).max() > 0
     with int8_weights.dynamic_inputs(int8_weights.all_inputs_but(["fc1"])):  # fc1's input stays float
         np.testing.assert_array_equal(keras.ops.convert_to_numpy(model(x)), answers["fc2"])
+
+
+def test_the_cls_rows_meet_the_float_kernel_the_other_rows_the_int8_path_in_keras_and_in_the_graph():
+    """`int8_weights.float_cls_rows` inside `dynamic_inputs`: a Dense layer's [cls] row (the first
+    token) is the float input times the float kernel, every other row what `dynamic_inputs` alone
+    gives it with the rounded kernel; `int8_dynamic.with_float_cls_rows` computes the same split
+    in the graph, exact in float, with the [cls] products under their own name scope."""
+    import int8_dynamic
+    import int8_weights
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    import keras_vit
+
+    keras.utils.set_random_seed(0)
+    model = keras_vit.create_model("vit_tiny_patch16_224", image_size=32, num_classes=10, **TINY_ARCHITECTURE)
+    qkv = model.blocks[0].attention.qkv
+    float_kernel = np.asarray(qkv.kernel)
+    x = np.random.default_rng(0).normal(size=(2, 5, 32)).astype("float32")
+    x[:, :, 3] *= 30  # an outlier channel: coarse int8 steps per token
+    qkv.kernel.assign(int8_weights.round_to_nearest(float_kernel).astype("float32"))
+    with int8_weights.dynamic_inputs():
+        rounded = keras.ops.convert_to_numpy(qkv(x))
+        with int8_weights.float_cls_rows({qkv.path: float_kernel}):
+            split = keras.ops.convert_to_numpy(qkv(x))
+    exact_cls = x[:, 0] @ float_kernel + np.asarray(qkv.bias)
+    np.testing.assert_allclose(split[:, 0], exact_cls, rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(split[:, 1:], rounded[:, 1:])
+    assert np.abs(split[:, 0] - rounded[:, 0]).max() > 1e-3
+
+    qkv.kernel.assign(float_kernel)
+    images = np.random.default_rng(1).uniform(-1, 1, (4, 32, 32, 3)).astype("float32")
+    before = keras.ops.convert_to_numpy(model(images))
+    copy = int8_dynamic.with_float_cls_rows(int8_dynamic.copy_of(model))
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(copy(images)), before, atol=1e-5)
+    graph = tf.function(copy).get_concrete_function(tf.TensorSpec((1, 32, 32, 3))).graph
+    scope = f"{int8_dynamic.CLS_SCOPE}/"
+    scoped = [op for op in graph.get_operations() if scope in op.name and op.type == "MatMul"]
+    assert len(scoped) == len(int8_weights.dense_layers(model))
