@@ -16,8 +16,11 @@ dearest op. Scored against the original's fp32 Keras model on the photos calibra
     python benchmarks/tflite_latency.py /tmp/int8_dynamic/fp32.tflite /tmp/int8_dynamic/*.tflite \\
         --threads 2
 
-One JSON line per recipe (agreement, flips, accuracy); docs/benchmarks/int8.md (eighth, ninth and
-tenth passes) reports them.
+`--hadamard-blocks 7` keeps that Hadamard in those blocks only; `--float-cls` computes the [cls]
+token's row of every projection in float with its float kernel (`with_float_cls_rows`).
+
+One JSON line per recipe (agreement, flips, accuracy); docs/benchmarks/int8.md (eighth to
+seventeenth passes) reports them.
 """
 
 import argparse

@@ -44,7 +44,10 @@ pattern in turn; `--float-inputs K` keeps in float the inputs of the K Dense lay
 input alone moves the calibration photos most, `input_sensitivity`), while scoring and, for
 `seq-adaround`, while rounding; `--save-kernels DIR` writes each recipe's kernels for
 `int8_dynamic.py --kernels`, which makes the TFLite file of them; `--tune-scales LR` then tunes
-each Dense layer's per-channel scale and bias end to end (`int8_float_tuning.py`).
+each Dense layer's per-channel scale and bias end to end (`int8_float_tuning.py`);
+`--hadamard-blocks 7` keeps `rms_had64`'s Hadamard on fc2's input in those blocks only, and
+`--float-cls` scores with the [cls] token's row of every Dense layer in float, float kernel
+included (`float_cls_rows`; seventeenth pass).
 
 Scored against the fp32 Keras model on the photos calibration did not use (the seeded
 permutation of `int8_rotation.py`): flips of the top-1 class, and the mean KL divergence of the
@@ -53,7 +56,7 @@ probabilities, a finer measure than flips on a thousand photos.
     unzip ../shared/datasets/imagenette2_224_val.zip -d /tmp/imagenette
     HF_HUB_OFFLINE=1 python benchmarks/int8_weights.py --dataset /tmp/imagenette/imagenette2_224/val
 
-One JSON line per recipe; docs/benchmarks/int8.md (ninth, twelfth to sixteenth passes)
+One JSON line per recipe; docs/benchmarks/int8.md (ninth, twelfth to seventeenth passes)
 reports them.
 """
 
