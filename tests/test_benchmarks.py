@@ -866,7 +866,8 @@ def test_the_cls_rows_meet_the_float_kernel_the_other_rows_the_int8_path_in_kera
     qkv.kernel.assign(float_kernel)
     images = np.random.default_rng(1).uniform(-1, 1, (4, 32, 32, 3)).astype("float32")
     before = keras.ops.convert_to_numpy(model(images))
-    copy = int8_dynamic.with_float_cls_rows(int8_dynamic.copy_of(model))
+    # Behind fc2's in-graph Hadamard too: the [cls] row meets the rotated kernel on the rotated input.
+    copy = int8_dynamic.with_float_cls_rows(int8_dynamic.with_fc2_hadamard(int8_dynamic.copy_of(model), 16))
     np.testing.assert_allclose(keras.ops.convert_to_numpy(copy(images)), before, atol=1e-5)
     graph = tf.function(copy).get_concrete_function(tf.TensorSpec((1, 32, 32, 3))).graph
     scope = f"{int8_dynamic.CLS_SCOPE}/"
