@@ -193,6 +193,16 @@ def with_float_cls_rows(model):
     return model
 
 
+def add_hadamard_blocks_argument(parser):
+    """`--hadamard-blocks 7,8`, which `int8_weights.py` takes too; `block_indices` reads it."""
+    parser.add_argument(
+        "--hadamard-blocks",
+        default=None,
+        metavar="7,8",
+        help="`rms_had64`'s Hadamard on fc2's input in these blocks only (indices; all by default)",
+    )
+
+
 def block_indices(text):
     """`--hadamard-blocks`' "7,8" as `[7, 8]`; None (every block) when not given."""
     return None if text is None else [int(index) for index in text.split(",") if index]
@@ -301,10 +311,7 @@ def main():
         "already, so the op computes what a weight-only one would (whose dequantise op ai-edge-quantizer "
         "0.10 fails to insert beside dynamic-range ones)",
     )
-    parser.add_argument(
-        "--hadamard-blocks", default=None, metavar="7,8",
-        help="`rms_had64`'s Hadamard on fc2's input in these blocks only (indices; all by default)",
-    )  # fmt: skip
+    add_hadamard_blocks_argument(parser)
     parser.add_argument(
         "--float-cls", action="store_true",
         help="the [cls] token's row of every FULLY_CONNECTED in float, with the float kernel "

@@ -445,6 +445,8 @@ def source_model(original, source, seed=0, hadamard_blocks=None):
 
 
 def main():
+    import int8_dynamic
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dataset", required=True, help="a folder of ImageNet class folders (wnids)")
     parser.add_argument("--calibration", type=int, default=100)
@@ -452,10 +454,7 @@ def main():
     parser.add_argument("--recipes", default="rtn,bias,gptq,awq,float_4,float_12")
     parser.add_argument("--source", default="original", choices=("original", *ROTATED_SOURCES))
     parser.add_argument("--rotation-seed", type=int, default=0, help="rms_had64's random signs")
-    parser.add_argument(
-        "--hadamard-blocks", default=None, metavar="7,8",
-        help="`rms_had64`'s Hadamard on fc2's input in these blocks only (indices; all by default)",
-    )  # fmt: skip
+    int8_dynamic.add_hadamard_blocks_argument(parser)
     parser.add_argument(
         "--dynamic", nargs="?", const=".*", default=None, metavar="LAYERS",
         help="Dense inputs quantised as dynamic range does: every one, or those whose path the regex finds",
@@ -498,8 +497,6 @@ def main():
     print(json.dumps({"images": len(images), "calibration": len(calibration)}), flush=True)
     # One model for every recipe, its float weights put back before each: a second rotated copy
     # would name its layers apart, and the calibration inputs are found by layer path.
-    import int8_dynamic
-
     hadamard_blocks = int8_dynamic.block_indices(arguments.hadamard_blocks)
     float_source = source_model(original, arguments.source, arguments.rotation_seed, hadamard_blocks)
     float_weights = float_source.get_weights()
