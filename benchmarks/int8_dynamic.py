@@ -169,20 +169,20 @@ def with_float_cls_rows(model):
     recipes keep float), and the other rows through the layer (dynamic-range int8 in the file):
     `int8_weights.float_cls_rows` as a graph. A layer that sees the [cls] token alone (the last
     block's, the head) is float whole. Kernels put in the layers later (`--kernels`) reach the
-    other rows only. Each layer's class becomes a subclass whose `call` splits the rows, so a
-    rotation in front of it (`with_fc2_hadamard`'s, which calls the class's `call`) reaches both."""
+    other rows only; biases reach both, as in the simulation. Each layer's class becomes a
+    subclass whose `call` splits the rows, so a rotation in front of it (`with_fc2_hadamard`'s,
+    which calls the class's `call`) reaches both."""
     for dense in model._flatten_layers():
         if not isinstance(dense, keras.layers.Dense):
             continue
         kernel = np.asarray(dense.kernel)
-        bias = None if dense.bias is None else np.asarray(dense.bias)
         parent = type(dense)
 
-        def call(self, inputs, *args, parent=parent, kernel=kernel, bias=bias, **kwargs):
+        def call(self, inputs, *args, parent=parent, kernel=kernel, **kwargs):
             def exact(rows):
                 with tf.name_scope(CLS_SCOPE):
                     outputs = ops.matmul(rows, kernel)
-                    return self.activation(outputs + bias if bias is not None else outputs)
+                    return self.activation(outputs + self.bias if self.bias is not None else outputs)
 
             if len(inputs.shape) == 3 and inputs.shape[1] > 1:
                 rest = parent.call(self, inputs[:, 1:], *args, **kwargs)
