@@ -194,9 +194,10 @@ def with_float_cls_rows(model):
 
 
 def add_hadamard_blocks_argument(parser):
-    """`--hadamard-blocks 7,8`, which `int8_weights.py` takes too; `block_indices` reads it."""
+    """`--hadamard-blocks 7,8`, which `int8_weights.py` takes too: a list of indices, or None."""
     parser.add_argument(
         "--hadamard-blocks",
+        type=block_indices,
         default=None,
         metavar="7,8",
         help="`rms_had64`'s Hadamard on fc2's input in these blocks only (indices; all by default)",
@@ -318,7 +319,7 @@ def main():
         "(`with_float_cls_rows`; `int8_weights.py --float-cls`)",
     )  # fmt: skip
     arguments = parser.parse_args()
-    hadamard_blocks = block_indices(arguments.hadamard_blocks)
+    hadamard_blocks = arguments.hadamard_blocks
 
     model = keras_vit.create_model(MODEL, pretrained=True)
     calibration_paths, scored_paths = photos(arguments.dataset, arguments.calibration, arguments.images)

@@ -497,7 +497,7 @@ def main():
     print(json.dumps({"images": len(images), "calibration": len(calibration)}), flush=True)
     # One model for every recipe, its float weights put back before each: a second rotated copy
     # would name its layers apart, and the calibration inputs are found by layer path.
-    hadamard_blocks = int8_dynamic.block_indices(arguments.hadamard_blocks)
+    hadamard_blocks = arguments.hadamard_blocks
     float_source = source_model(original, arguments.source, arguments.rotation_seed, hadamard_blocks)
     float_weights = float_source.get_weights()
     float_kernels = {layer.path: np.asarray(layer.kernel) for layer in dense_layers(float_source)}
