@@ -26,6 +26,7 @@ seventeenth passes) reports them.
 import argparse
 import json
 import os
+import re
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -193,6 +194,99 @@ def with_float_cls_rows(model):
     return model
 
 
+RESIDUAL_SCOPE = "cls_residual"
+
+
+def dynamic_range_residual(rows):
+    """What a dynamic-range FULLY_CONNECTED loses of each of `rows` when it quantises it at run
+    time: the row less its int8 image under XNNPACK's rule (qd8: the row's range widened to hold
+    zero, 255 steps across it, rounded half to even; `int8_weights.dynamic_int8` in Keras)."""
+    low = ops.minimum(ops.min(rows, -1, keepdims=True), 0.0)
+    high = ops.maximum(ops.max(rows, -1, keepdims=True), 0.0)
+    steps = 255.0 / (high - low)  # a row of zeros divides by zero; no token is one
+    return rows - ops.round(rows * steps) / steps
+
+
+def with_cls_residual_rows(model, layers=".*", skip=()):
+    """`model` (changed in place) with the [cls] token's row quantised twice by every Dense layer
+    whose path the regex `layers` finds but those at `skip` (the float ones: in float the trick
+    double-counts): its quantisation
+    residual (`dynamic_range_residual`) joins the layer's input as one more row, whose output,
+    less the bias, is added to the [cls] row's. A dynamic-range file then computes the [cls] row
+    as `(Q(x) + Q(x - Q(x))) W`, about 255 times finer than `Q(x) W`, for one row more in the
+    same product (the [cls] row reaches the head; the others only through attention). In float
+    the [cls] row is `(2x - Q(x)) W + b`, not exact: the rewrite is only for int8 inputs. The
+    class becomes a subclass, as in `with_float_cls_rows`, so fc2's Hadamard reaches it."""
+    for dense in model._flatten_layers():
+        if not isinstance(dense, keras.layers.Dense):
+            continue
+        if dense.path in skip or not re.search(layers, dense.path):
+            continue
+        parent = type(dense)
+
+        def call(self, inputs, *args, parent=parent, **kwargs):
+            rows = inputs if len(inputs.shape) == 3 else ops.expand_dims(inputs, 1)
+            count = rows.shape[1]
+            with tf.name_scope(RESIDUAL_SCOPE):
+                residual = dynamic_range_residual(rows[:, :1])
+            activation, self.activation = self.activation, keras.activations.linear
+            try:  # the layer's own call (which `int8_weights.dynamic_inputs` patches), before its activation
+                outputs = parent.call(self, ops.concatenate([rows, residual], axis=1), *args, **kwargs)
+            finally:
+                self.activation = activation
+            residual_output = outputs[:, count:] - self.bias if self.bias is not None else outputs[:, count:]
+            cls = outputs[:, :1] + residual_output
+            outputs = ops.concatenate([cls, outputs[:, 1:count]], axis=1) if count > 1 else cls
+            outputs = self.activation(outputs)
+            return outputs if len(inputs.shape) == 3 else ops.squeeze(outputs, 1)
+
+        dense.__class__ = type(f"ClsResidualRow{parent.__name__}", (parent,), {"call": call})
+    return model
+
+
+def with_cls_split_mlp(model, skip=()):
+    """`model` (changed in place) with each block's MLP run on the [cls] row apart from the other
+    rows (exact: the same products, row by row), and the [cls] row quantised twice by fc1 and
+    fc2 as `with_cls_residual_rows` does, without its copies of the whole 197-row input and
+    output (concatenating the residual row, and the [cls] row back, per layer). Layers at `skip`
+    (float in the file) and fc2 behind an in-graph Hadamard (which would rotate the residual row
+    too) take the [cls] row once; a block whose fc1 and fc2 are both float is left whole."""
+    for block in model.blocks:
+        if {block.fc1.path, block.fc2.path} <= set(skip):
+            continue
+        parent = type(block)
+
+        def _mlp(self, x, training=None, parent=parent):
+            if x.shape[1] == 1:  # the last block of a model whose head reads [cls] alone
+                return _cls_mlp(self, x, skip)
+            others = parent._mlp(self, x[:, 1:], training=training)
+            return ops.concatenate([_cls_mlp(self, x[:, :1], skip), others], axis=1)
+
+        block.__class__ = type(f"ClsSplitMlp{parent.__name__}", (parent,), {"_mlp": _mlp})
+    return model
+
+
+def _cls_mlp(block, row, skip):
+    """A plain MLP (fc1 with its activation, fc2) on the [cls] `row`, each product on the row
+    and its dynamic-range residual (`_twice`)."""
+    return _twice(block.fc2, _twice(block.fc1, row, skip), skip)
+
+
+def _twice(dense, row, skip):
+    """`dense(row)` for a one-row input, the row's dynamic-range residual its second row."""
+    if dense.path in skip or "call" in vars(dense):  # float, or behind fc2's Hadamard
+        return dense(row)
+    with tf.name_scope(RESIDUAL_SCOPE):
+        residual = dynamic_range_residual(row)
+    activation, dense.activation = dense.activation, keras.activations.linear
+    try:
+        outputs = dense(ops.concatenate([row, residual], axis=1))
+    finally:
+        dense.activation = activation
+    extra = outputs[:, 1:] - dense.bias if dense.bias is not None else outputs[:, 1:]
+    return activation(outputs[:, :1] + extra)
+
+
 def add_hadamard_blocks_argument(parser):
     """`--hadamard-blocks 7,8`, which `int8_weights.py` takes too: a list of indices, or None."""
     parser.add_argument(
@@ -314,9 +408,20 @@ def main():
     )
     add_hadamard_blocks_argument(parser)
     parser.add_argument(
+        "--cls-split-mlp", action="store_true",
+        help="each block's MLP on the [cls] row apart, fc1 and fc2 quantising it twice "
+        "(`with_cls_split_mlp`)",
+    )  # fmt: skip
+    parser.add_argument(
         "--float-cls", action="store_true",
         help="the [cls] token's row of every FULLY_CONNECTED in float, with the float kernel "
         "(`with_float_cls_rows`; `int8_weights.py --float-cls`)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--cls-residual", nargs="?", const=".*", default=None, metavar="LAYERS",
+        help="the [cls] token's row quantised twice by every dynamic-range FULLY_CONNECTED (or those whose "
+        "path the regex finds): its quantisation residual as one more row of the same product "
+        "(`with_cls_residual_rows`)",
     )  # fmt: skip
     arguments = parser.parse_args()
     hadamard_blocks = arguments.hadamard_blocks
@@ -370,6 +475,11 @@ def main():
             built = sources[source]()
             if arguments.float_cls:
                 with_float_cls_rows(built)
+            if arguments.cls_split_mlp:
+                with_cls_split_mlp(built, skip=set(filter(None, arguments.float_inputs.split(","))))
+            if arguments.cls_residual:
+                skip = set(filter(None, arguments.float_inputs.split(",")))
+                with_cls_residual_rows(built, arguments.cls_residual, skip=skip)
             if arguments.kernels:
                 with np.load(arguments.kernels) as saved:
                     kernels = {path for path in saved.files if not path.endswith("/bias")}
@@ -402,6 +512,8 @@ def main():
             "float_inputs": arguments.float_inputs or None,
             "hadamard_blocks": hadamard_blocks,
             "float_cls": arguments.float_cls,
+            "cls_residual": arguments.cls_residual,
+            "cls_split_mlp": arguments.cls_split_mlp,
             "agreement": 1 - flips / len(images),
             "flips": flips,
             "accuracy": float((predicted.argmax(1) == labels).mean()),

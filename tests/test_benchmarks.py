@@ -873,3 +873,76 @@ def test_the_cls_rows_meet_the_float_kernel_the_other_rows_the_int8_path_in_kera
     scope = f"{int8_dynamic.CLS_SCOPE}/"
     scoped = [op for op in graph.get_operations() if scope in op.name and op.type == "MatMul"]
     assert len(scoped) == len(int8_weights.dense_layers(model))
+
+
+def test_the_cls_residual_row_quantises_the_cls_row_twice_in_the_same_product():
+    """`int8_dynamic.with_cls_residual_rows`: a Dense layer's input gains one row, the [cls] row's
+    dynamic-range quantisation residual, whose output (less the bias) joins the [cls] row's. In
+    float the [cls] row is then `(2x - Q(x)) W + b` and the others unchanged; under
+    `int8_weights.dynamic_inputs` it is `(Q(x) + Q(x - Q(x))) W + b`, far nearer the float answer
+    than `Q(x) W + b`, and a whole model (fc1's GELU after the sum) nearer fp32 too."""
+    import int8_dynamic
+    import int8_weights
+    import keras
+    import numpy as np
+
+    import keras_vit
+
+    keras.utils.set_random_seed(0)
+    model = keras_vit.create_model("vit_tiny_patch16_224", image_size=32, num_classes=10, **TINY_ARCHITECTURE)
+    images = np.random.default_rng(1).uniform(-1, 1, (4, 32, 32, 3)).astype("float32")
+    fp32 = keras.ops.convert_to_numpy(model(images))
+    with int8_weights.dynamic_inputs():
+        plain = keras.ops.convert_to_numpy(model(images))
+    qkv = model.blocks[0].attention.qkv
+    kernel, bias = np.asarray(qkv.kernel), np.asarray(qkv.bias)
+    x = np.random.default_rng(0).normal(size=(2, 5, 32)).astype("float32")
+    x[:, :, 3] *= 30  # an outlier channel: coarse int8 steps per token
+    q = keras.ops.convert_to_numpy(int8_weights.dynamic_int8(x))
+    before = keras.ops.convert_to_numpy(qkv(x))
+    with int8_weights.dynamic_inputs():
+        once = keras.ops.convert_to_numpy(qkv(x))
+
+    int8_dynamic.with_cls_residual_rows(model, skip={"head"})
+    in_float = keras.ops.convert_to_numpy(qkv(x))
+    np.testing.assert_allclose(in_float[:, 0], (2 * x[:, 0] - q[:, 0]) @ kernel + bias, rtol=1e-4, atol=1e-4)
+    np.testing.assert_array_equal(in_float[:, 1:], before[:, 1:])
+    with int8_weights.dynamic_inputs():
+        twice = keras.ops.convert_to_numpy(qkv(x))
+        residual = x[:, :1] - q[:, :1]
+        expected = (q[:, 0] + keras.ops.convert_to_numpy(int8_weights.dynamic_int8(residual))[:, 0]) @ kernel
+        np.testing.assert_allclose(twice[:, 0], expected + bias, rtol=1e-4, atol=1e-4)
+        np.testing.assert_array_equal(twice[:, 1:], once[:, 1:])
+        assert np.abs(twice[:, 0] - before[:, 0]).max() < np.abs(once[:, 0] - before[:, 0]).max() / 30
+        rewritten = keras.ops.convert_to_numpy(model(images))
+    (head,) = [layer for layer in int8_weights.dense_layers(model) if layer.path == "head"]
+    assert type(head) is keras.layers.Dense  # skipped: a float layer keeps its one quantisation-free row
+    assert np.abs(rewritten - fp32).max() < np.abs(plain - fp32).max()
+
+
+def test_the_split_mlp_is_exact_in_float_and_its_twice_quantised_cls_row_nearer_fp32_in_int8():
+    """`int8_dynamic.with_cls_split_mlp`: each block's MLP on the [cls] row apart from the others
+    is the same model in float (behind fc2's Hadamard too) when no layer quantises twice; with
+    fc1 and fc2 quantising the [cls] row twice, a model under `int8_weights.dynamic_inputs` is
+    nearer its fp32 answers than the same model quantising once."""
+    import int8_dynamic
+    import int8_weights
+    import keras
+    import numpy as np
+
+    import keras_vit
+
+    keras.utils.set_random_seed(0)
+    model = keras_vit.create_model("vit_tiny_patch16_224", image_size=32, num_classes=10, **TINY_ARCHITECTURE)
+    images = np.random.default_rng(1).uniform(-1, 1, (4, 32, 32, 3)).astype("float32")
+    fp32 = keras.ops.convert_to_numpy(model(images))
+    every = {layer.path for layer in int8_weights.dense_layers(model)}
+    behind_hadamard = int8_dynamic.with_fc2_hadamard(int8_dynamic.copy_of(model), 16)
+    split = int8_dynamic.with_cls_split_mlp(behind_hadamard, skip=every)
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(split(images)), fp32, atol=1e-5)
+
+    with int8_weights.dynamic_inputs():
+        once = keras.ops.convert_to_numpy(model(images))
+        split_model = int8_dynamic.with_cls_split_mlp(int8_dynamic.copy_of(model))
+        twice = keras.ops.convert_to_numpy(split_model(images))
+    assert np.abs(twice - fp32).max() < np.abs(once - fp32).max()
