@@ -17,10 +17,14 @@ dearest op. Scored against the original's fp32 Keras model on the photos calibra
         --threads 2
 
 `--hadamard-blocks 7` keeps that Hadamard in those blocks only; `--float-cls` computes the [cls]
-token's row of every projection in float with its float kernel (`with_float_cls_rows`).
+token's row of every projection in float with its float kernel (`with_float_cls_rows`);
+`--cls-residual` has every projection quantise the [cls] row twice, its dynamic-range residual
+one more row of the same product (`with_cls_residual_rows`), and `--cls-split-mlp` does it in
+fc1 and fc2 with each block's MLP run on the [cls] row apart, without copying the other rows
+(`with_cls_split_mlp`); `--rotation-seed` draws `rms_had64`'s signs.
 
 One JSON line per recipe (agreement, flips, accuracy); docs/benchmarks/int8.md (eighth to
-seventeenth passes) reports them.
+eighteenth passes) reports them.
 """
 
 import argparse
@@ -407,6 +411,7 @@ def main():
         "0.10 fails to insert beside dynamic-range ones)",
     )
     add_hadamard_blocks_argument(parser)
+    parser.add_argument("--rotation-seed", type=int, default=0, help="`rms_had64`'s random signs")
     parser.add_argument(
         "--cls-split-mlp", action="store_true",
         help="each block's MLP on the [cls] row apart, fc1 and fc2 quantising it twice "
@@ -437,7 +442,7 @@ def main():
         "rms": lambda: rotate.rotated_copy(model, norm="rms"),
         "original had64": lambda: with_fc2_hadamard(copy_of(model)),
         "rms had64": lambda: with_fc2_hadamard(
-            rotate.rotated_copy(model, norm="rms"), blocks=hadamard_blocks
+            rotate.rotated_copy(model, seed=arguments.rotation_seed, norm="rms"), blocks=hadamard_blocks
         ),
         "rms had768": lambda: with_fc2_full_rotation(rotate.rotated_copy(model, norm="rms")),
         **{
@@ -511,6 +516,7 @@ def main():
             "kernels": arguments.kernels,
             "float_inputs": arguments.float_inputs or None,
             "hadamard_blocks": hadamard_blocks,
+            "rotation_seed": arguments.rotation_seed,
             "float_cls": arguments.float_cls,
             "cls_residual": arguments.cls_residual,
             "cls_split_mlp": arguments.cls_split_mlp,

@@ -47,7 +47,8 @@ input alone moves the calibration photos most, `input_sensitivity`), while scori
 each Dense layer's per-channel scale and bias end to end (`int8_float_tuning.py`);
 `--hadamard-blocks 7` keeps `rms_had64`'s Hadamard on fc2's input in those blocks only, and
 `--float-cls` scores with the [cls] token's row of every Dense layer in float, float kernel
-included (`float_cls_rows`; seventeenth pass).
+included (`float_cls_rows`; seventeenth pass), and `--cls-split-mlp` with each block's MLP run on
+the [cls] row apart, fc1 and fc2 quantising it twice (`cls_split_mlp`; eighteenth pass).
 
 Scored against the fp32 Keras model on the photos calibration did not use (the seeded
 permutation of `int8_rotation.py`): flips of the top-1 class, and the mean KL divergence of the
@@ -223,6 +224,22 @@ def float_cls_rows(float_kernels):
         yield
     finally:
         keras.layers.Dense.call = call
+
+
+@contextlib.contextmanager
+def cls_split_mlp(model, skip=()):
+    """Inside it, `model`'s blocks run their MLPs as `int8_dynamic.with_cls_split_mlp` makes them
+    (the [cls] row apart, quantised twice by fc1 and fc2 but the layers at `skip`); after it, as
+    before."""
+    import int8_dynamic
+
+    classes = [type(block) for block in model.blocks]
+    int8_dynamic.with_cls_split_mlp(model, skip=skip)
+    try:
+        yield
+    finally:
+        for block, kind in zip(model.blocks, classes, strict=True):
+            block.__class__ = kind
 
 
 def straight_through_inputs(layers):
@@ -482,6 +499,11 @@ def main():
         help="when scoring: the [cls] token's row of every Dense layer in float with its float kernel "
         "(`float_cls_rows`), the other rows as the recipe makes them",
     )  # fmt: skip
+    parser.add_argument(
+        "--cls-split-mlp", action="store_true",
+        help="when scoring: each block's MLP on the [cls] row apart, fc1 and fc2 quantising it twice "
+        "(`int8_dynamic.with_cls_split_mlp`; the float layers once)",
+    )  # fmt: skip
     arguments = parser.parse_args()
     if arguments.float_inputs and arguments.dynamic != ".*":
         parser.error(
@@ -504,6 +526,7 @@ def main():
     inputs = dense_inputs(float_source, calibration)
     ranked = float_rows = None
     float_layers = ()  # `--float-kernels`: the layers whose kernels no recipe rounds
+    float_input_layers = ()  # `--float-inputs`: the layers whose inputs stay float
     # `--dynamic "fc2;qkv|fc1"`: each recipe under each pattern in turn.
     patterns = arguments.dynamic.split(";") if arguments.dynamic else [None]
     if arguments.float_inputs:
@@ -512,6 +535,7 @@ def main():
         print(json.dumps({"float_inputs": {path: f"{scores[path]:.1e}" for path in kept}}), flush=True)
         patterns = [all_inputs_but(kept)]
         float_layers = set(kept) if arguments.float_kernels else ()
+        float_input_layers = set(kept)
     for recipe, dynamic in itertools.product(arguments.recipes.split(","), patterns):
         start = time.perf_counter()
         model = float_source
@@ -579,6 +603,9 @@ def main():
             if arguments.float_cls:  # inside `dynamic_inputs`: the [cls] rows skip its rounding
                 scoring.enter_context(float_cls_rows(float_kernels))
                 row["float_cls"] = True
+            if arguments.cls_split_mlp:
+                scoring.enter_context(cls_split_mlp(model, skip=float_input_layers))
+                row["cls_split_mlp"] = True
             probabilities = keras_probabilities(model, images)
         flips = int((probabilities.argmax(1) != reference.argmax(1)).sum())
         row.update(

@@ -946,3 +946,9 @@ def test_the_split_mlp_is_exact_in_float_and_its_twice_quantised_cls_row_nearer_
         split_model = int8_dynamic.with_cls_split_mlp(int8_dynamic.copy_of(model))
         twice = keras.ops.convert_to_numpy(split_model(images))
     assert np.abs(twice - fp32).max() < np.abs(once - fp32).max()
+    kinds = [type(block) for block in model.blocks]
+    with int8_weights.dynamic_inputs(), int8_weights.cls_split_mlp(model):  # scoring's form: undone after
+        np.testing.assert_allclose(keras.ops.convert_to_numpy(model(images)), twice, atol=1e-6)
+    assert [type(block) for block in model.blocks] == kinds
+    with int8_weights.dynamic_inputs():
+        np.testing.assert_array_equal(keras.ops.convert_to_numpy(model(images)), once)
