@@ -28,6 +28,7 @@ eighteenth passes) reports them.
 """
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -214,13 +215,13 @@ def dynamic_range_residual(rows):
 def with_cls_residual_rows(model, layers=".*", skip=()):
     """`model` (changed in place) with the [cls] token's row quantised twice by every Dense layer
     whose path the regex `layers` finds but those at `skip` (the float ones: in float the trick
-    double-counts): its quantisation
-    residual (`dynamic_range_residual`) joins the layer's input as one more row, whose output,
-    less the bias, is added to the [cls] row's. A dynamic-range file then computes the [cls] row
-    as `(Q(x) + Q(x - Q(x))) W`, about 255 times finer than `Q(x) W`, for one row more in the
-    same product (the [cls] row reaches the head; the others only through attention). In float
-    the [cls] row is `(2x - Q(x)) W + b`, not exact: the rewrite is only for int8 inputs. The
-    class becomes a subclass, as in `with_float_cls_rows`, so fc2's Hadamard reaches it."""
+    double-counts): its quantisation residual (`dynamic_range_residual`) joins the layer's input
+    as one more row, whose output, less the bias, is added to the [cls] row's. A dynamic-range
+    file then computes the [cls] row as `(Q(x) + Q(x - Q(x))) W`, about 255 times finer than
+    `Q(x) W`, for one row more in the same product (the [cls] row reaches the head; the others
+    only through attention). In float the [cls] row is `(2x - Q(x)) W + b`, not exact: the
+    rewrite is for int8 inputs only. The class becomes a subclass, as in `with_float_cls_rows`,
+    so fc2's Hadamard reaches it."""
     for dense in model._flatten_layers():
         if not isinstance(dense, keras.layers.Dense):
             continue
@@ -230,18 +231,12 @@ def with_cls_residual_rows(model, layers=".*", skip=()):
 
         def call(self, inputs, *args, parent=parent, **kwargs):
             rows = inputs if len(inputs.shape) == 3 else ops.expand_dims(inputs, 1)
-            count = rows.shape[1]
-            with tf.name_scope(RESIDUAL_SCOPE):
-                residual = dynamic_range_residual(rows[:, :1])
-            activation, self.activation = self.activation, keras.activations.linear
-            try:  # the layer's own call (which `int8_weights.dynamic_inputs` patches), before its activation
-                outputs = parent.call(self, ops.concatenate([rows, residual], axis=1), *args, **kwargs)
-            finally:
-                self.activation = activation
-            residual_output = outputs[:, count:] - self.bias if self.bias is not None else outputs[:, count:]
-            cls = outputs[:, :1] + residual_output
-            outputs = ops.concatenate([cls, outputs[:, 1:count]], axis=1) if count > 1 else cls
-            outputs = self.activation(outputs)
+
+            def product(both):  # the class's call, which `int8_weights.dynamic_inputs` patches
+                return parent.call(self, both, *args, **kwargs)
+
+            with _before_activation(self) as activation:
+                outputs = activation(_with_residual_row(rows, product, self))
             return outputs if len(inputs.shape) == 3 else ops.squeeze(outputs, 1)
 
         dense.__class__ = type(f"ClsResidualRow{parent.__name__}", (parent,), {"call": call})
@@ -280,15 +275,31 @@ def _twice(dense, row, skip):
     """`dense(row)` for a one-row input, the row's dynamic-range residual its second row."""
     if dense.path in skip or "call" in vars(dense):  # float, or behind fc2's Hadamard
         return dense(row)
+    with _before_activation(dense) as activation:
+        return activation(_with_residual_row(row, dense, dense))
+
+
+def _with_residual_row(rows, product, dense):
+    """`product` (`dense`'s kernel and bias, no activation) of `rows` and, as one more row, the
+    first row's dynamic-range residual, whose output less the bias joins the first row's."""
+    count = rows.shape[1]
     with tf.name_scope(RESIDUAL_SCOPE):
-        residual = dynamic_range_residual(row)
+        residual = dynamic_range_residual(rows[:, :1])
+    outputs = product(ops.concatenate([rows, residual], axis=1))
+    extra = outputs[:, count:] - dense.bias if dense.bias is not None else outputs[:, count:]
+    first = outputs[:, :1] + extra
+    return ops.concatenate([first, outputs[:, 1:count]], axis=1) if count > 1 else first
+
+
+@contextlib.contextmanager
+def _before_activation(dense):
+    """Inside it, `dense` has no activation (a fused one, fc1's GELU, must follow the sum of the
+    two rows); it yields the activation, which it puts back after."""
     activation, dense.activation = dense.activation, keras.activations.linear
     try:
-        outputs = dense(ops.concatenate([row, residual], axis=1))
+        yield activation
     finally:
         dense.activation = activation
-    extra = outputs[:, 1:] - dense.bias if dense.bias is not None else outputs[:, 1:]
-    return activation(outputs[:, :1] + extra)
 
 
 def add_hadamard_blocks_argument(parser):
