@@ -302,8 +302,10 @@ def _before_activation(dense):
         dense.activation = activation
 
 
-def add_hadamard_blocks_argument(parser):
-    """`--hadamard-blocks 7,8`, which `int8_weights.py` takes too: a list of indices, or None."""
+def add_rotation_arguments(parser):
+    """`--rotation-seed` and `--hadamard-blocks 7,8` (a list of indices, or None), which
+    `int8_weights.py` takes too."""
+    parser.add_argument("--rotation-seed", type=int, default=0, help="`rms_had64`'s random signs")
     parser.add_argument(
         "--hadamard-blocks",
         type=block_indices,
@@ -421,8 +423,7 @@ def main():
         "already, so the op computes what a weight-only one would (whose dequantise op ai-edge-quantizer "
         "0.10 fails to insert beside dynamic-range ones)",
     )
-    add_hadamard_blocks_argument(parser)
-    parser.add_argument("--rotation-seed", type=int, default=0, help="`rms_had64`'s random signs")
+    add_rotation_arguments(parser)
     parser.add_argument(
         "--cls-split-mlp", action="store_true",
         help="each block's MLP on the [cls] row apart, fc1 and fc2 quantising it twice "

@@ -470,8 +470,7 @@ def main():
     parser.add_argument("--images", type=int, default=1000, help="scored photos (more than there are: all)")
     parser.add_argument("--recipes", default="rtn,bias,gptq,awq,float_4,float_12")
     parser.add_argument("--source", default="original", choices=("original", *ROTATED_SOURCES))
-    parser.add_argument("--rotation-seed", type=int, default=0, help="rms_had64's random signs")
-    int8_dynamic.add_hadamard_blocks_argument(parser)
+    int8_dynamic.add_rotation_arguments(parser)
     parser.add_argument(
         "--dynamic", nargs="?", const=".*", default=None, metavar="LAYERS",
         help="Dense inputs quantised as dynamic range does: every one, or those whose path the regex finds",
