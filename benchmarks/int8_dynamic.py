@@ -251,6 +251,8 @@ def with_cls_split_mlp(model, skip=()):
     (float in the file) and fc2 behind an in-graph Hadamard (which would rotate the residual row
     too) take the [cls] row once; a block whose fc1 and fc2 are both float is left whole."""
     for block in model.blocks:
+        if block.mlp != "mlp" or block.mlp_norm is not None:  # `_cls_mlp` is fc1, its activation, fc2
+            raise ValueError(f"{block.name}: the [cls] row's split is a plain MLP's, not {block.mlp!r}'s.")
         if {block.fc1.path, block.fc2.path} <= set(skip):
             continue
         parent = type(block)
@@ -492,11 +494,11 @@ def main():
             built = sources[source]()
             if arguments.float_cls:
                 with_float_cls_rows(built)
+            float_layers = set(filter(None, arguments.float_inputs.split(",")))  # quantise nothing twice
             if arguments.cls_split_mlp:
-                with_cls_split_mlp(built, skip=set(filter(None, arguments.float_inputs.split(","))))
+                with_cls_split_mlp(built, skip=float_layers)
             if arguments.cls_residual:
-                skip = set(filter(None, arguments.float_inputs.split(",")))
-                with_cls_residual_rows(built, arguments.cls_residual, skip=skip)
+                with_cls_residual_rows(built, arguments.cls_residual, skip=float_layers)
             if arguments.kernels:
                 with np.load(arguments.kernels) as saved:
                     kernels = {path for path in saved.files if not path.endswith("/bias")}
