@@ -41,7 +41,8 @@ rotates each head's values offline); `--dynamic` quantises every Dense input tok
 as LiteRT's dynamic-range FULLY_CONNECTED does (`dynamic_inputs`; `--dynamic fc2` only the
 inputs of the layers whose path that regex finds; `--dynamic "fc2;proj"` each recipe under each
 pattern in turn; `--float-inputs K` keeps in float the inputs of the K Dense layers whose int8
-input alone moves the calibration photos most, `input_sensitivity`), while scoring and, for
+input alone moves the calibration photos most, `input_sensitivity`, and `--float-last-block`
+the last block's proj, fc1 and fc2, which the export runs on the [cls] row alone), while scoring and, for
 `seq-adaround`, while rounding; `--save-kernels DIR` writes each recipe's kernels for
 `int8_dynamic.py --kernels`, which makes the TFLite file of them; `--tune-scales LR` then tunes
 each Dense layer's per-channel scale and bias end to end (`int8_float_tuning.py`);
@@ -411,6 +412,13 @@ def input_sensitivity(model, images):
     return result
 
 
+def last_block_row_layers(model):
+    """The last block's Dense layers that a classifier's export computes for the [cls] row alone
+    (`keras_vit.model.vit.classify`: all but QKV): in float they cost a product of one row."""
+    last = model.blocks[-1]
+    return [layer.path for layer in dense_layers(last) if layer is not last.attention.qkv]
+
+
 def all_inputs_but(paths):
     """A `dynamic_inputs` pattern for every Dense layer but those at `paths`."""
     return "^(?!(" + "|".join(re.escape(path) for path in paths) + ")$)"
@@ -483,6 +491,11 @@ def main():
         "float FULLY_CONNECTED holding those levels, `int8_dynamic.py --float-inputs`)",
     )  # fmt: skip
     parser.add_argument(
+        "--float-last-block", action="store_true",
+        help="with --float-inputs: the last block's proj, fc1 and fc2 float too, inputs and kernels (the "
+        "export computes them for the [cls] row alone, `last_block_row_layers`: near free in time)",
+    )  # fmt: skip
+    parser.add_argument(
         "--float-kernels", action="store_true",
         help="with --float-inputs: those layers keep their float kernels too (a float FULLY_CONNECTED "
         "in the file either way, so it costs no time); the roundings after them see their float outputs",
@@ -508,6 +521,8 @@ def main():
         parser.error(
             "--float-inputs keeps some inputs of --dynamic's every one in float: give --dynamic alone"
         )
+    if arguments.float_last_block and not arguments.float_inputs:
+        parser.error("--float-last-block joins --float-inputs' layers: give --float-inputs K")
     if arguments.float_kernels and not arguments.float_inputs:
         parser.error("--float-kernels keeps --float-inputs' layers' kernels float: give --float-inputs K")
 
@@ -531,6 +546,8 @@ def main():
     if arguments.float_inputs:
         scores = input_sensitivity(float_source, calibration)
         kept = sorted(scores, key=scores.get, reverse=True)[: arguments.float_inputs]
+        if arguments.float_last_block:
+            kept += [path for path in last_block_row_layers(float_source) if path not in kept]
         print(json.dumps({"float_inputs": {path: f"{scores[path]:.1e}" for path in kept}}), flush=True)
         patterns = [all_inputs_but(kept)]
         float_layers = set(kept) if arguments.float_kernels else ()

@@ -567,6 +567,32 @@ def test_sequential_adaround_leaves_the_kept_kernels_float_and_rounds_the_rest()
             assert not np.array_equal(kernel, before[layer.path]), layer.path
 
 
+def test_the_last_blocks_row_layers_are_those_the_classifiers_export_runs_on_the_cls_row_alone():
+    """`int8_weights.py --float-last-block`'s layers are the ones the export's forward
+    (`classify.classifier_forward`) feeds one token's row: their float kernels cost one row's product."""
+    import int8_weights
+    import keras
+    import numpy as np
+
+    import keras_vit
+    from keras_vit.model.vit.classify import classifier_forward
+
+    keras.utils.set_random_seed(0)
+    model = keras_vit.create_model("vit_tiny_patch16_224", image_size=32, num_classes=10, **TINY_ARCHITECTURE)
+    rows = {}
+
+    def record(layer, inputs):
+        rows[layer.path] = int(np.prod(inputs.shape[:-1]))
+        return inputs
+
+    with int8_weights._dense_inputs_mapped(record):
+        classifier_forward(model)(np.zeros((1, 32, 32, 3), "float32"))
+    one_row = {path for path, count in rows.items() if count == 1}
+    head = int8_weights.dense_layers(model)[-1].path  # the classifier
+    assert one_row == {*int8_weights.last_block_row_layers(model), head}
+    assert all(path.startswith(model.blocks[-1].path) for path in int8_weights.last_block_row_layers(model))
+
+
 def test_block_adaround_rounds_each_blocks_kernels_up_or_down_on_their_grid_and_leaves_the_head():
     """`int8_weights.py --recipes block-adaround` (BRECQ): every kernel of every block lands on its
     int8 grid, each weight on the level below or above its float value, with the model's int8
