@@ -419,6 +419,15 @@ def last_block_row_layers(model):
     return [layer.path for layer in dense_layers(last) if layer is not last.attention.qkv]
 
 
+def float_layer_choice(scores, count, free=()):
+    """The layers kept float: the `count` dearest by `scores` (`input_sensitivity`) among those
+    not in `free`, then `free` (`last_block_row_layers`, near free in time), so that a free layer
+    never takes one of the `count` places that cost time."""
+    free = list(free)
+    ranked = [path for path in sorted(scores, key=scores.get, reverse=True) if path not in free]
+    return ranked[:count] + free
+
+
 def all_inputs_but(paths):
     """A `dynamic_inputs` pattern for every Dense layer but those at `paths`."""
     return "^(?!(" + "|".join(re.escape(path) for path in paths) + ")$)"
@@ -545,9 +554,8 @@ def main():
     patterns = arguments.dynamic.split(";") if arguments.dynamic else [None]
     if arguments.float_inputs:
         scores = input_sensitivity(float_source, calibration)
-        kept = sorted(scores, key=scores.get, reverse=True)[: arguments.float_inputs]
-        if arguments.float_last_block:
-            kept += [path for path in last_block_row_layers(float_source) if path not in kept]
+        free = last_block_row_layers(float_source) if arguments.float_last_block else []
+        kept = float_layer_choice(scores, arguments.float_inputs, free)
         print(json.dumps({"float_inputs": {path: f"{scores[path]:.1e}" for path in kept}}), flush=True)
         patterns = [all_inputs_but(kept)]
         float_layers = set(kept) if arguments.float_kernels else ()

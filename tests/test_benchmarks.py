@@ -593,6 +593,17 @@ def test_the_last_blocks_row_layers_are_those_the_classifiers_export_runs_on_the
     assert all(path.startswith(model.blocks[-1].path) for path in int8_weights.last_block_row_layers(model))
 
 
+def test_the_free_float_layers_take_none_of_the_ranked_places():
+    """`--float-inputs K --float-last-block`: K layers that cost time, the dearest, plus the free ones,
+    even when a free one ranks among the dearest."""
+    import int8_weights
+
+    scores = {"block_0/fc1": 5, "block_11/fc2": 4, "block_0/fc2": 3, "block_1/fc1": 2, "block_11/fc1": 1}
+    free = ["block_11/fc1", "block_11/fc2"]
+    assert int8_weights.float_layer_choice(scores, 2, free) == ["block_0/fc1", "block_0/fc2", *free]
+    assert int8_weights.float_layer_choice(scores, 2) == ["block_0/fc1", "block_11/fc2"]
+
+
 def test_block_adaround_rounds_each_blocks_kernels_up_or_down_on_their_grid_and_leaves_the_head():
     """`int8_weights.py --recipes block-adaround` (BRECQ): every kernel of every block lands on its
     int8 grid, each weight on the level below or above its float value, with the model's int8
