@@ -412,11 +412,22 @@ def input_sensitivity(model, images):
     return result
 
 
-def last_block_row_layers(model):
-    """The last block's Dense layers that a classifier's export computes for the [cls] row alone
-    (`keras_vit.model.vit.classify`: all but QKV): in float they cost a product of one row."""
-    last = model.blocks[-1]
-    return [layer.path for layer in dense_layers(last) if layer is not last.attention.qkv]
+def last_block_row_layers(model, image):
+    """The Dense layers before the head that the export's forward (`classify.classifier_forward`)
+    feeds one row an image (a [cls]-pooled ViT's last proj, fc1 and fc2; none when its head reads
+    every token), found by running it on `image`: in float they cost a product of one row."""
+    from keras_vit.model.vit.classify import classifier_forward
+
+    rows = {}
+
+    def record(layer, inputs):
+        rows[layer.path] = int(np.prod(inputs.shape[:-1]))
+        return inputs
+
+    with _dense_inputs_mapped(record):
+        classifier_forward(model)(image[None])
+    head = dense_layers(model)[-1].path
+    return [path for path, count in rows.items() if count == 1 and path != head]
 
 
 def float_layer_choice(scores, count, free=()):
@@ -554,7 +565,7 @@ def main():
     patterns = arguments.dynamic.split(";") if arguments.dynamic else [None]
     if arguments.float_inputs:
         scores = input_sensitivity(float_source, calibration)
-        free = last_block_row_layers(float_source) if arguments.float_last_block else []
+        free = last_block_row_layers(float_source, calibration[0]) if arguments.float_last_block else []
         kept = float_layer_choice(scores, arguments.float_inputs, free)
         print(json.dumps({"float_inputs": {path: f"{scores[path]:.1e}" for path in kept}}), flush=True)
         patterns = [all_inputs_but(kept)]

@@ -585,12 +585,20 @@ def test_the_last_blocks_row_layers_are_those_the_classifiers_export_runs_on_the
         rows[layer.path] = int(np.prod(inputs.shape[:-1]))
         return inputs
 
+    image = np.zeros((32, 32, 3), "float32")
     with int8_weights._dense_inputs_mapped(record):
-        classifier_forward(model)(np.zeros((1, 32, 32, 3), "float32"))
+        classifier_forward(model)(image[None])
     one_row = {path for path, count in rows.items() if count == 1}
     head = int8_weights.dense_layers(model)[-1].path  # the classifier
-    assert one_row == {*int8_weights.last_block_row_layers(model), head}
-    assert all(path.startswith(model.blocks[-1].path) for path in int8_weights.last_block_row_layers(model))
+    free = int8_weights.last_block_row_layers(model, image)
+    assert one_row == {*free, head}
+    assert all(path.startswith(model.blocks[-1].path) for path in free)
+    last = model.blocks[-1]
+    assert sorted(free) == sorted(layer.path for layer in (last.attention.proj, last.fc1, last.fc2))
+    pooled = keras_vit.create_model(
+        "vit_tiny_patch16_224", image_size=32, num_classes=10, pooling="gap", **TINY_ARCHITECTURE
+    )
+    assert int8_weights.last_block_row_layers(pooled, image) == []  # its head reads every token
 
 
 def test_the_free_float_layers_take_none_of_the_ranked_places():
