@@ -24,7 +24,9 @@ Recipes (`--recipes`):
 - `seq-adaround` (`-bias`, `-s2000`, `-r0.03`): AdaRound kernel by kernel in the order of the
   forward pass, each on the inputs of the model whose earlier kernels are already rounded, against
   the float model's outputs (AdaRound's asymmetric reconstruction: the rounding also answers for
-  the error upstream); `-bias` then corrects each bias by the mean error left;
+  the error upstream); `-bias` then corrects each bias by the mean error left; `-l0.1` first moves
+  each kernel to the least-squares answer to the float outputs from its own inputs, ridge 0.1
+  (`least_squares_kernel`, ERQ's activation-error reduction; twentieth pass: worse here);
 - `block-adaround` (`-s2000`, `-r0.03`, `-n8`: photos a step, 4 by default; `-bias`: the biases
   learn too): BRECQ, each Transformer block's four kernels rounded together against the float
   block's output, the int8 inputs inside the loop (`int8_block_rounding.py`); the head then as
@@ -41,7 +43,8 @@ rotates each head's values offline); `--dynamic` quantises every Dense input tok
 as LiteRT's dynamic-range FULLY_CONNECTED does (`dynamic_inputs`; `--dynamic fc2` only the
 inputs of the layers whose path that regex finds; `--dynamic "fc2;proj"` each recipe under each
 pattern in turn; `--float-inputs K` keeps in float the inputs of the K Dense layers whose int8
-input alone moves the calibration photos most, `input_sensitivity`, and `--float-last-block`
+input alone moves the calibration photos most, `input_sensitivity`, or with `--rank-by layer`
+whose int8 input and rounded kernel together do, `float_saving`, and `--float-last-block`
 the last block's proj, fc1 and fc2, which the export runs on the [cls] row alone), while scoring and, for
 `seq-adaround`, while rounding; `--save-kernels DIR` writes each recipe's kernels for
 `int8_dynamic.py --kernels`, which makes the TFLite file of them; `--tune-scales LR` then tunes
@@ -58,7 +61,7 @@ probabilities, a finer measure than flips on a thousand photos.
     unzip ../shared/datasets/imagenette2_224_val.zip -d /tmp/imagenette
     HF_HUB_OFFLINE=1 python benchmarks/int8_weights.py --dataset /tmp/imagenette/imagenette2_224/val
 
-One JSON line per recipe; docs/benchmarks/int8.md (ninth, twelfth to seventeenth passes)
+One JSON line per recipe; docs/benchmarks/int8.md (ninth, twelfth to twentieth passes)
 reports them.
 """
 
@@ -311,15 +314,27 @@ def dense_input_rows(model, images, paths):
     return {path: np.concatenate(rows) for path, rows in found.items()}
 
 
+def least_squares_kernel(kernel, hessian, cross, ridge):
+    """The kernel `W'` whose outputs on a layer's own inputs `q` come nearest the float layer's,
+    `x W`: `argmin E|q W' - x W|^2 + ridge * mean(diag H) |W' - W|^2`, from `H = E[q^T q]` and
+    `cross = E[q^T x]`. Unlike a rounding, it may move a weight by many int8 steps."""
+    damping = ridge * np.mean(np.diag(hessian)) * np.eye(len(hessian))
+    return np.linalg.solve(hessian + damping, (cross + damping) @ kernel)
+
+
 def sequential_adaround(
-    model, float_rows, calibration, steps=1000, regulariser=0.01, bias=False, dynamic=None, kept=()
-):
+    model, float_rows, calibration, steps=1000, regulariser=0.01, bias=False, dynamic=None, kept=(),
+    ridge=None,
+):  # fmt: skip
     """AdaRound kernel by kernel in the forward order, each on the inputs of the model whose
     earlier kernels are already rounded, against the float model's outputs (AdaRound's
     asymmetric reconstruction); `bias` also corrects each bias by the mean error left;
     `dynamic` (a regex of layer paths, `dynamic_inputs`' `layers`): those layers' inputs quantised
     as the dynamic-range recipe does, in the rounded model and in each layer's own input; `kept`:
-    paths whose kernels stay float (the later roundings see their float outputs)."""
+    paths whose kernels stay float (the later roundings see their float outputs); `ridge`: before
+    rounding, each kernel moved to the least-squares answer to the float outputs from its own
+    (quantised, drifted) inputs, `argmin E|q W' - x W|^2 + ridge * mean(diag E[q^T q]) |W' - W|^2`
+    (ERQ's activation-error reduction, Zhong et al., ICML 2024), which AdaRound then rounds."""
     called = dense_input_rows(model, calibration[:1], [layer.path for layer in dense_layers(model)])
     by_path = {layer.path: layer for layer in dense_layers(model)}
     with dynamic_inputs(dynamic) if dynamic else contextlib.nullcontext():
@@ -335,8 +350,9 @@ def sequential_adaround(
             kernel = np.asarray(layer.kernel, np.float64)
             hessian = rounded_inputs.T @ rounded_inputs / len(rounded_inputs)
             cross = rounded_inputs.T @ float_inputs / len(rounded_inputs)
+            target = kernel if ridge is None else least_squares_kernel(kernel, hessian, cross, ridge)
             rounded = adaround(
-                kernel, hessian, steps=steps, regulariser=regulariser, drift=(hessian - cross) @ kernel
+                target, hessian, steps=steps, regulariser=regulariser, drift=hessian @ target - cross @ kernel
             )
             layer.kernel.assign(rounded.astype("float32"))
             if bias and layer.use_bias:
@@ -409,6 +425,21 @@ def input_sensitivity(model, images):
     for layer in dense_layers(model):
         with dynamic_inputs(f"^{re.escape(layer.path)}$"):
             result[layer.path] = kl_divergence(reference, keras_probabilities(model, images))
+    return result
+
+
+def float_saving(model, images):
+    """`{path: KL divergence on `images` with only that Dense layer in int8}`: its input quantised
+    as the dynamic-range recipe does and its kernel rounded to nearest, what keeping the whole
+    layer float (`--float-kernels`) saves, where `input_sensitivity` sees the input alone."""
+    reference = keras_probabilities(model, images)
+    result = {}
+    for layer in dense_layers(model):
+        kernel = np.asarray(layer.kernel)
+        layer.kernel.assign(round_to_nearest(kernel.astype(np.float64)).astype("float32"))
+        with dynamic_inputs(f"^{re.escape(layer.path)}$"):
+            result[layer.path] = kl_divergence(reference, keras_probabilities(model, images))
+        layer.kernel.assign(kernel)
     return result
 
 
@@ -511,6 +542,11 @@ def main():
         "float FULLY_CONNECTED holding those levels, `int8_dynamic.py --float-inputs`)",
     )  # fmt: skip
     parser.add_argument(
+        "--rank-by", choices=("input", "layer"), default="input",
+        help="--float-inputs' ranking: what each layer's int8 input alone costs the calibration photos "
+        "(`input_sensitivity`), or its int8 input and rounded kernel together (`float_saving`)",
+    )  # fmt: skip
+    parser.add_argument(
         "--float-last-block", action="store_true",
         help="with --float-inputs: the last block's proj, fc1 and fc2 float too, inputs and kernels (the "
         "export computes them for the [cls] row alone, `last_block_row_layers`: near free in time)",
@@ -564,7 +600,8 @@ def main():
     # `--dynamic "fc2;qkv|fc1"`: each recipe under each pattern in turn.
     patterns = arguments.dynamic.split(";") if arguments.dynamic else [None]
     if arguments.float_inputs:
-        scores = input_sensitivity(float_source, calibration)
+        rank = float_saving if arguments.rank_by == "layer" else input_sensitivity
+        scores = rank(float_source, calibration)
         free = last_block_row_layers(float_source, calibration[0]) if arguments.float_last_block else []
         kept = float_layer_choice(scores, arguments.float_inputs, free)
         print(json.dumps({"float_inputs": {path: f"{scores[path]:.1e}" for path in kept}}), flush=True)
@@ -593,7 +630,8 @@ def main():
                 ranked = sorted(scores, key=scores.get, reverse=True)
                 row["most_sensitive"] = {path: f"{scores[path]:.1e}" for path in ranked[:6]}
             quantise(model, inputs, "rtn", kept=set(ranked[: int(recipe.split("_")[1])]))
-        elif recipe.startswith(("seq", "block")):  # seq-adaround[-bias][-s2000][-r0.03], block-adaround[-n8]
+        # seq-adaround[-bias][-s2000][-r0.03][-l0.01], block-adaround[-n8]
+        elif recipe.startswith(("seq", "block")):
             parts = recipe.split("-")[2:]
             options = {part[0]: float(part[1:]) for part in parts if part != "bias"}
             if float_rows is None:  # the float weights, put back above
@@ -613,7 +651,7 @@ def main():
             # seq-adaround: every kernel; after block-adaround, those outside the blocks (the head)
             sequential_adaround(
                 model, float_rows, calibration, bias="bias" in parts and recipe.startswith("seq"),
-                dynamic=dynamic, kept=kept, **rounding,
+                dynamic=dynamic, kept=kept, ridge=options.get("l"), **rounding,
             )  # fmt: skip
         elif recipe != "float":  # `float`: the kernels as they are (what the activations alone cost)
             quantise(model, inputs, recipe, kept=float_layers)

@@ -507,6 +507,25 @@ def test_adaround_given_the_drift_of_its_inputs_rounds_against_the_error_upstrea
     assert error(aimed) < 0.5 * error(blind)
 
 
+def test_the_least_squares_kernel_answers_for_an_upstream_error_no_rounding_step_can():
+    """`seq-adaround-l`: inputs 5% too large from upstream need every weight 5% smaller, many
+    int8 steps for the largest; AdaRound aimed by the drift moves each weight one step at most,
+    the least-squares kernel rounded after lands far nearer the float outputs."""
+    import int8_weights
+    import numpy as np
+
+    x, kernel, _ = _correlated_layer()
+    upstream = x * 1.05 + 0.02 * np.random.default_rng(1).normal(size=x.shape)
+    hessian, cross = upstream.T @ upstream / len(x), upstream.T @ x / len(x)
+    error = lambda w: np.mean((upstream @ w - x @ kernel) ** 2)  # noqa: E731
+    aimed = int8_weights.adaround(kernel, hessian, drift=(hessian - cross) @ kernel)
+    target = int8_weights.least_squares_kernel(kernel, hessian, cross, ridge=1e-3)
+    solved = int8_weights.adaround(target, hessian, drift=hessian @ target - cross @ kernel)
+    steps = solved / int8_weights.channel_scale(solved)
+    assert np.allclose(steps, np.round(steps), atol=1e-6)
+    assert error(solved) < 0.25 * error(aimed)
+
+
 def test_sequential_adaround_rounds_a_vits_kernels_in_order_closer_to_its_float_outputs():
     """`seq-adaround` on a ViT, its Dense inputs quantised as dynamic range does: every kernel on
     its int8 grid, and the model's logits nearer the float model's than with every kernel rounded
@@ -599,6 +618,38 @@ def test_the_last_blocks_row_layers_are_those_the_classifiers_export_runs_on_the
         "vit_tiny_patch16_224", image_size=32, num_classes=10, pooling="gap", **TINY_ARCHITECTURE
     )
     assert int8_weights.last_block_row_layers(pooled, image) == []  # its head reads every token
+
+
+def test_the_whole_layer_ranking_sees_a_kernel_that_rounds_badly_where_the_input_ranking_does_not():
+    """`--rank-by layer` (`float_saving`): an MLP unit made dead (its GELU input far below zero)
+    whose fc2 row is 10,000 times the others sets every fc2 channel's int8 step, so rounding
+    fc2's kernel zeroes the rest: the float model does not change, fc2's whole-layer cost tops the
+    ranking and dwarfs what its input alone costs (`input_sensitivity`, blind to kernels); both
+    leave the weights as they were."""
+    import int8_weights
+    import keras
+    import numpy as np
+
+    import keras_vit
+
+    keras.utils.set_random_seed(0)
+    model = keras_vit.create_model("vit_tiny_patch16_224", image_size=32, num_classes=10, **TINY_ARCHITECTURE)
+    images = np.random.default_rng(0).uniform(-1, 1, (8, 32, 32, 3)).astype("float32")
+    block = model.blocks[1]
+    kernel1, bias1 = np.asarray(block.fc1.kernel).copy(), np.asarray(block.fc1.bias).copy()
+    kernel1[:, 0], bias1[0] = 0.0, -1e4  # GELU(-1e4) is exactly 0: unit 0 is dead
+    block.fc1.kernel.assign(kernel1)
+    block.fc1.bias.assign(bias1)
+    kernel2 = np.asarray(block.fc2.kernel).copy()
+    kernel2[0] = 1e4 * np.abs(kernel2).max()
+    block.fc2.kernel.assign(kernel2)
+    weights = [w.copy() for w in model.get_weights()]
+    whole = int8_weights.float_saving(model, images)
+    inputs = int8_weights.input_sensitivity(model, images)
+    assert max(whole, key=whole.get) == block.fc2.path
+    assert inputs[block.fc2.path] < 0.01 * whole[block.fc2.path]
+    for before, after in zip(weights, model.get_weights(), strict=True):
+        np.testing.assert_array_equal(before, after)
 
 
 def test_the_free_float_layers_take_none_of_the_ranked_places():
