@@ -23,8 +23,8 @@ one more row of the same product (`with_cls_residual_rows`), and `--cls-split-ml
 fc1 and fc2 with each block's MLP run on the [cls] row apart, without copying the other rows
 (`with_cls_split_mlp`); `--rotation-seed` draws `rms_had64`'s signs.
 
-One JSON line per recipe (agreement, flips, accuracy); docs/benchmarks/int8.md (eighth to
-eighteenth passes) reports them.
+One JSON line per recipe (agreement, flips, mean KL divergence to fp32, accuracy);
+docs/benchmarks/int8.md (eighth to twentieth passes) reports them.
 """
 
 import argparse
@@ -40,6 +40,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from int8_rotation import MODEL, fp32, keras_probabilities, labels_of, photos, read, tflite_probabilities  # noqa: E402
+from int8_weights import kl_divergence  # noqa: E402
 from keras import ops  # noqa: E402
 
 import keras_vit  # noqa: E402
@@ -536,6 +537,7 @@ def main():
             "cls_split_mlp": arguments.cls_split_mlp,
             "agreement": 1 - flips / len(images),
             "flips": flips,
+            "kl": kl_divergence(reference, predicted),  # finer than flips (twentieth pass)
             "accuracy": float((predicted.argmax(1) == labels).mean()),
             "float_max_abs_diff_of_the_rewrite": exact,
             "seconds": round(time.perf_counter() - start, 1),
