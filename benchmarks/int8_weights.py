@@ -331,10 +331,9 @@ def sequential_adaround(
     asymmetric reconstruction); `bias` also corrects each bias by the mean error left;
     `dynamic` (a regex of layer paths, `dynamic_inputs`' `layers`): those layers' inputs quantised
     as the dynamic-range recipe does, in the rounded model and in each layer's own input; `kept`:
-    paths whose kernels stay float (the later roundings see their float outputs); `ridge`: before
-    rounding, each kernel moved to the least-squares answer to the float outputs from its own
-    (quantised, drifted) inputs, `argmin E|q W' - x W|^2 + ridge * mean(diag E[q^T q]) |W' - W|^2`
-    (ERQ's activation-error reduction, Zhong et al., ICML 2024), which AdaRound then rounds."""
+    paths whose kernels stay float (the later roundings see their float outputs); `ridge`: each
+    kernel first moved to `least_squares_kernel` (ERQ's activation-error reduction, Zhong et al.,
+    ICML 2024), which AdaRound then rounds."""
     called = dense_input_rows(model, calibration[:1], [layer.path for layer in dense_layers(model)])
     by_path = {layer.path: layer for layer in dense_layers(model)}
     with dynamic_inputs(dynamic) if dynamic else contextlib.nullcontext():
@@ -405,42 +404,38 @@ def kl_divergence(reference, probabilities):
     return float(np.mean(np.sum(reference * (np.log(reference + 1e-12) - np.log(probabilities + 1e-12)), 1)))
 
 
-def sensitivity(model, images):
-    """`{path: KL divergence on `images` with that kernel alone rounded}`."""
+def _one_layer_costs(model, images, kernel, inputs):
+    """`{path: KL divergence on `images` with only that Dense layer in int8}`: its `kernel`
+    rounded to nearest and/or its `inputs` quantised as the dynamic-range recipe does; the
+    weights are put back after each layer."""
     reference = keras_probabilities(model, images)
     result = {}
     for layer in dense_layers(model):
-        kernel = np.asarray(layer.kernel)
-        layer.kernel.assign(round_to_nearest(kernel.astype(np.float64)).astype("float32"))
-        result[layer.path] = kl_divergence(reference, keras_probabilities(model, images))
-        layer.kernel.assign(kernel)
+        float_kernel = np.asarray(layer.kernel)
+        if kernel:
+            layer.kernel.assign(round_to_nearest(float_kernel.astype(np.float64)).astype("float32"))
+        with dynamic_inputs(f"^{re.escape(layer.path)}$") if inputs else contextlib.nullcontext():
+            result[layer.path] = kl_divergence(reference, keras_probabilities(model, images))
+        layer.kernel.assign(float_kernel)
     return result
+
+
+def sensitivity(model, images):
+    """`{path: KL divergence on `images` with that kernel alone rounded}`."""
+    return _one_layer_costs(model, images, kernel=True, inputs=False)
 
 
 def input_sensitivity(model, images):
     """`{path: KL divergence on `images` with only that Dense layer's input quantised as the
     dynamic-range recipe does}`: which layers' inputs cost most in int8."""
-    reference = keras_probabilities(model, images)
-    result = {}
-    for layer in dense_layers(model):
-        with dynamic_inputs(f"^{re.escape(layer.path)}$"):
-            result[layer.path] = kl_divergence(reference, keras_probabilities(model, images))
-    return result
+    return _one_layer_costs(model, images, kernel=False, inputs=True)
 
 
 def float_saving(model, images):
-    """`{path: KL divergence on `images` with only that Dense layer in int8}`: its input quantised
-    as the dynamic-range recipe does and its kernel rounded to nearest, what keeping the whole
-    layer float (`--float-kernels`) saves, where `input_sensitivity` sees the input alone."""
-    reference = keras_probabilities(model, images)
-    result = {}
-    for layer in dense_layers(model):
-        kernel = np.asarray(layer.kernel)
-        layer.kernel.assign(round_to_nearest(kernel.astype(np.float64)).astype("float32"))
-        with dynamic_inputs(f"^{re.escape(layer.path)}$"):
-            result[layer.path] = kl_divergence(reference, keras_probabilities(model, images))
-        layer.kernel.assign(kernel)
-    return result
+    """`{path: KL divergence on `images` with only that Dense layer in int8}`, input and kernel
+    (rounded to nearest): what keeping the whole layer float (`--float-kernels`) saves, where
+    `input_sensitivity` sees the input alone."""
+    return _one_layer_costs(model, images, kernel=True, inputs=True)
 
 
 def last_block_row_layers(model, image):
@@ -462,9 +457,9 @@ def last_block_row_layers(model, image):
 
 
 def float_layer_choice(scores, count, free=()):
-    """The layers kept float: the `count` dearest by `scores` (`input_sensitivity`) among those
-    not in `free`, then `free` (`last_block_row_layers`, near free in time), so that a free layer
-    never takes one of the `count` places that cost time."""
+    """The layers kept float: the `count` dearest by `scores` (`input_sensitivity` or
+    `float_saving`) among those not in `free`, then `free` (`last_block_row_layers`, near free in
+    time), so that a free layer never takes one of the `count` places that cost time."""
     free = list(free)
     ranked = [path for path in sorted(scores, key=scores.get, reverse=True) if path not in free]
     return ranked[:count] + free
