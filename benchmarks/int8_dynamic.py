@@ -44,8 +44,9 @@ from int8_weights import kl_divergence  # noqa: E402
 from keras import ops  # noqa: E402
 
 import keras_vit  # noqa: E402
-from keras_vit.export import quantize, rotate  # noqa: E402
+from keras_vit.export import quantize, rotate, rotated_int8  # noqa: E402
 from keras_vit.export.quantize import DYNAMIC, FLOAT_IO, ROTATED, Rule  # noqa: E402
+from keras_vit.export.rotated_int8 import op_name_pattern  # noqa: E402
 from keras_vit.inference.classifier import load_classifier  # noqa: E402
 from keras_vit.model.vit.model import ViT  # noqa: E402
 
@@ -72,12 +73,6 @@ quantize._op_config = _op_config
 
 def layer(name):
     return rf"/{name}(_\d+)?/"
-
-
-def op_name_pattern(path):
-    """A Keras layer path ("block_0/fc1") as a regex of the TFLite names of its ops, where the
-    converter suffixes each scope ("vit_1/block_0_1/fc1_1/Tensordot")."""
-    return "(^|/)" + "".join(rf"{part}(_\d+)?/" for part in path.split("/"))
 
 
 def projections(activations, pattern=".*", algorithm="min_max_uniform_quantize"):
@@ -200,19 +195,6 @@ def with_float_cls_rows(model):
     return model
 
 
-RESIDUAL_SCOPE = "cls_residual"
-
-
-def dynamic_range_residual(rows):
-    """What a dynamic-range FULLY_CONNECTED loses of each of `rows` when it quantises it at run
-    time: the row less its int8 image under XNNPACK's rule (qd8: the row's range widened to hold
-    zero, 255 steps across it, rounded half to even; `int8_weights.dynamic_int8` in Keras)."""
-    low = ops.minimum(ops.min(rows, -1, keepdims=True), 0.0)
-    high = ops.maximum(ops.max(rows, -1, keepdims=True), 0.0)
-    steps = 255.0 / (high - low)  # a row of zeros divides by zero; no token is one
-    return rows - ops.round(rows * steps) / steps
-
-
 def with_cls_residual_rows(model, layers=".*", skip=()):
     """`model` (changed in place) with the [cls] token's row quantised twice by every Dense layer
     whose path the regex `layers` finds but those at `skip` (the float ones: in float the trick
@@ -246,48 +228,23 @@ def with_cls_residual_rows(model, layers=".*", skip=()):
 
 def with_cls_split_mlp(model, skip=()):
     """`model` (changed in place) with each block's MLP run on the [cls] row apart from the other
-    rows (exact: the same products, row by row), and the [cls] row quantised twice by fc1 and
-    fc2 as `with_cls_residual_rows` does, without its copies of the whole 197-row input and
-    output (concatenating the residual row, and the [cls] row back, per layer). Layers at `skip`
-    (float in the file) and fc2 behind an in-graph Hadamard (which would rotate the residual row
-    too) take the [cls] row once; a block whose fc1 and fc2 are both float is left whole."""
+    rows and the [cls] row quantised twice by fc1 and fc2 (`export.rotated_int8.ClsTwiceMlpBlock`,
+    what the export ships). Layers at `skip` (float in the file) and an fc2 behind this script's
+    own in-graph rotation (`_with_fc2_input_rotated`, which would rotate the residual row too)
+    take the [cls] row once."""
     for block in model.blocks:
-        if block.mlp != "mlp" or block.mlp_norm is not None:  # `_cls_mlp` is fc1, its activation, fc2
+        if block.mlp != "mlp" or block.mlp_norm is not None:  # the split is fc1, its activation, fc2
             raise ValueError(f"{block.name}: the [cls] row's split is a plain MLP's, not {block.mlp!r}'s.")
-        if {block.fc1.path, block.fc2.path} <= set(skip):
-            continue
-        parent = type(block)
-
-        def _mlp(self, x, training=None, parent=parent):
-            if x.shape[1] == 1:  # the last block of a model whose head reads [cls] alone
-                return _cls_mlp(self, x, skip)
-            others = parent._mlp(self, x[:, 1:], training=training)
-            return ops.concatenate([_cls_mlp(self, x[:, :1], skip), others], axis=1)
-
-        block.__class__ = type(f"ClsSplitMlp{parent.__name__}", (parent,), {"_mlp": _mlp})
-    return model
-
-
-def _cls_mlp(block, row, skip):
-    """A plain MLP (fc1 with its activation, fc2) on the [cls] `row`, each product on the row
-    and its dynamic-range residual (`_twice`)."""
-    return _twice(block.fc2, _twice(block.fc1, row, skip), skip)
-
-
-def _twice(dense, row, skip):
-    """`dense(row)` for a one-row input, the row's dynamic-range residual its second row."""
-    if dense.path in skip or "call" in vars(dense):  # float, or behind fc2's Hadamard
-        return dense(row)
-    with _before_activation(dense) as activation:
-        return activation(_with_residual_row(row, dense, dense))
+    rotated = {block.fc2.path for block in model.blocks if "call" in vars(block.fc2)}
+    return rotated_int8.with_cls_twice_mlp(model, once={*skip, *rotated})
 
 
 def _with_residual_row(rows, product, dense):
     """`product` (`dense`'s kernel and bias, no activation) of `rows` and, as one more row, the
     first row's dynamic-range residual, whose output less the bias joins the first row's."""
     count = rows.shape[1]
-    with tf.name_scope(RESIDUAL_SCOPE):
-        residual = dynamic_range_residual(rows[:, :1])
+    with tf.name_scope(rotated_int8.RESIDUAL_SCOPE):
+        residual = rotated_int8.dynamic_range_residual(rows[:, :1])
     outputs = product(ops.concatenate([rows, residual], axis=1))
     extra = outputs[:, count:] - dense.bias if dense.bias is not None else outputs[:, count:]
     first = outputs[:, :1] + extra

@@ -70,7 +70,6 @@ import contextlib
 import itertools
 import json
 import os
-import re
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -80,22 +79,30 @@ import numpy as np  # noqa: E402
 from int8_rotation import MODEL, keras_probabilities, photos, read  # noqa: E402
 
 import keras_vit  # noqa: E402
+from keras_vit.export.adaround import (  # noqa: E402, F401  (the recipes' rounding, shipped: `export.adaround`)
+    LEVELS,
+    adaround,
+    adaround_kernel,
+    adaround_start,
+    channel_scale,
+    round_to_nearest,
+)
+from keras_vit.export.dynamic_range import (  # noqa: E402, F401  (the simulation, shipped: `export.dynamic_range`)
+    all_inputs_but,
+    dense_input_rows,
+    dense_inputs_mapped,
+    dense_layers,
+    dynamic_inputs,
+    dynamic_int8,
+    input_sensitivity,
+    kl_divergence,
+    one_layer_costs,
+    quantises_input,
+    run_recording,
+)
+from keras_vit.export.rotated_int8 import float_layer_choice, last_block_row_layers  # noqa: E402, F401
 
 ROTATED_SOURCES = ("rms_had64", "rms_had64_vrot", "rms_had768")  # `source_model`
-LEVELS = 127  # symmetric int8: -127..127, as TFLite's int8 weights
-ZETA, GAMMA = 1.1, -0.1  # AdaRound's rectified sigmoid's stretch
-
-
-def channel_scale(kernel):
-    """Each output channel's int8 step (the kernel is (inputs, outputs)): its largest |w| / 127."""
-    scale = np.abs(kernel).max(0) / LEVELS
-    scale[scale == 0] = 1
-    return scale
-
-
-def round_to_nearest(kernel):
-    scale = channel_scale(kernel)
-    return np.clip(np.round(kernel / scale), -LEVELS, LEVELS) * scale
 
 
 def gptq(kernel, hessian, damping=0.01):
@@ -118,91 +125,6 @@ def gptq(kernel, hessian, damping=0.01):
     result = np.empty_like(rounded)
     result[:, order] = rounded
     return result.T
-
-
-def adaround(kernel, hessian, steps=1000, regulariser=0.01, learning_rate=1e-2, drift=None):
-    """AdaRound in the Hessian form: the per-channel int8 grid of `round_to_nearest`, each weight
-    rounded down or up by a learned choice. Gradients by hand (the loss is a quadratic form).
-
-    `drift`, `(E[q^T q] - E[q^T x]) W` for the quantised model's inputs `q` and the float model's
-    `x`, makes the loss `E|q W_q - x W|^2`: the rounding also answers for the error upstream."""
-    kernel = kernel.astype(np.float32)
-    hessian = hessian.astype(np.float32)
-    drift = 0 if drift is None else drift.astype(np.float32)
-    scale, low, v = adaround_start(kernel)
-    first, second = np.zeros_like(v), np.zeros_like(v)
-    warmup = steps // 5
-    for step in range(1, steps + 1):
-        sigmoid = 1 / (1 + np.exp(-v))
-        stretched = sigmoid * (ZETA - GAMMA) + GAMMA
-        up = np.clip(stretched, 0, 1)
-        delta = (low + up) * scale - kernel
-        gradient = 2 * (hessian @ delta + drift) * scale  # d tr(dW^T H dW) / d up
-        if step > warmup:
-            beta = 20 + (2 - 20) * (step - warmup) / (steps - warmup)
-            centred = 2 * up - 1
-            gradient += regulariser * -2 * beta * np.abs(centred) ** (beta - 1) * np.sign(centred)
-        gradient *= ((stretched > 0) & (stretched < 1)) * sigmoid * (1 - sigmoid) * (ZETA - GAMMA)
-        first = 0.9 * first + 0.1 * gradient
-        second = 0.999 * second + 0.001 * gradient**2
-        v -= learning_rate * (first / (1 - 0.9**step)) / (np.sqrt(second / (1 - 0.999**step)) + 1e-8)
-    return adaround_kernel(kernel, scale, low, (1 / (1 + np.exp(-v))) * (ZETA - GAMMA) + GAMMA >= 0.5)
-
-
-def adaround_start(kernel):
-    """AdaRound's start for `kernel`: `(scale, low, v)`, the per-channel int8 grid of
-    `round_to_nearest`, each weight's level below, and the relaxation's variable where rounding
-    to nearest would choose (`h(v)`, the rectified sigmoid, the fraction above `low`)."""
-    scale = channel_scale(kernel)
-    low = np.floor(kernel / scale)
-    rest = np.clip(kernel / scale - low, 0.01, 0.99)
-    return scale, low, -np.log((ZETA - GAMMA) / (rest - GAMMA) - 1)
-
-
-def adaround_kernel(kernel, scale, low, up):
-    """The rounded `kernel` (float64): each weight at `low` or the level above (`up`, 0 or 1)."""
-    levels = np.clip(low + up, -LEVELS, LEVELS)
-    # Each channel's largest |w| stays at +-127, so that a quantiser that takes the result as
-    # float (max |w| / 127 again) finds the same grid and these very levels.
-    largest, channels = np.abs(kernel).argmax(0), np.arange(kernel.shape[1])
-    levels[largest, channels] = np.sign(kernel[largest, channels]) * LEVELS
-    return (levels * scale).astype(np.float64)
-
-
-def dynamic_int8(x):
-    """`x` as a dynamic-range FULLY_CONNECTED sees it: each row (token) int8, asymmetric, its
-    range widened to hold zero (XNNPACK's qd8 and TFLite's asymmetric hybrid inputs)."""
-    low = keras.ops.minimum(keras.ops.min(x, -1, keepdims=True), 0.0)
-    high = keras.ops.maximum(keras.ops.max(x, -1, keepdims=True), 0.0)
-    scale = keras.ops.where(high > low, (high - low) / 255.0, 1.0)
-    zero = keras.ops.clip(keras.ops.round(-128.0 - low / scale), -128.0, 127.0)
-    return (keras.ops.clip(keras.ops.round(x / scale) + zero, -128.0, 127.0) - zero) * scale
-
-
-def quantises_input(layers, path):
-    """Whether a Dense layer at `path` quantises its input under `dynamic_inputs(layers)`."""
-    return bool(layers) and re.search(layers, path) is not None
-
-
-@contextlib.contextmanager
-def _dense_inputs_mapped(map_input):
-    """Inside it, every Dense layer calls itself on `map_input(layer, inputs)`."""
-    call = keras.layers.Dense.call
-    keras.layers.Dense.call = lambda layer, inputs, training=None: call(
-        layer, map_input(layer, inputs), training=training
-    )
-    try:
-        yield
-    finally:
-        keras.layers.Dense.call = call
-
-
-def dynamic_inputs(layers=".*"):
-    """Inside it, every Dense layer whose path `layers` (a regex; None: none) finds quantises its
-    input as `dynamic_int8` does; the others keep theirs in float (which layers' inputs cost most)."""
-    return _dense_inputs_mapped(
-        lambda layer, inputs: dynamic_int8(inputs) if quantises_input(layers, layer.path) else inputs
-    )
 
 
 @contextlib.contextmanager
@@ -251,35 +173,13 @@ def straight_through_inputs(layers):
     backwards: what the learned recipes (`int8_block_rounding`, `int8_float_tuning`) train under."""
     import tensorflow as tf
 
-    return _dense_inputs_mapped(
+    return dense_inputs_mapped(
         lambda layer, inputs: (
             inputs + tf.stop_gradient(dynamic_int8(inputs) - inputs)
             if quantises_input(layers, layer.path)
             else inputs
         )
     )
-
-
-def dense_layers(model):
-    return [layer for layer in model._flatten_layers() if isinstance(layer, keras.layers.Dense)]
-
-
-def run_recording(model, images, record):
-    """Runs `images` through `model`, 10 at a time, with `record(layer, inputs)` called on every
-    Dense layer's input (through `Dense.call` as it is: inside `dynamic_inputs`, before it
-    quantises)."""
-    call = keras.layers.Dense.call
-
-    def recording(self, inputs, training=None):
-        record(self, inputs)
-        return call(self, inputs, training=training)
-
-    keras.layers.Dense.call = recording
-    try:
-        for i in range(0, len(images), 10):
-            model(images[i : i + 10], training=False)
-    finally:
-        keras.layers.Dense.call = call
 
 
 def dense_inputs(model, images, rows_per_call=64, seed=0):
@@ -300,20 +200,6 @@ def dense_inputs(model, images, rows_per_call=64, seed=0):
     }
 
 
-def dense_input_rows(model, images, paths):
-    """`{path: every input row of that Dense layer over `images`}` (float32), for `paths`, in the
-    order the forward pass calls them."""
-    wanted, found = set(paths), {}
-
-    def record(layer, inputs):
-        if layer.path in wanted:
-            rows = keras.ops.convert_to_numpy(inputs).reshape(-1, inputs.shape[-1])
-            found.setdefault(layer.path, []).append(rows)
-
-    run_recording(model, images, record)
-    return {path: np.concatenate(rows) for path, rows in found.items()}
-
-
 def least_squares_kernel(kernel, hessian, cross, ridge):
     """The kernel `W'` whose outputs on a layer's own inputs `q` come nearest the float layer's,
     `x W`: `argmin E|q W' - x W|^2 + ridge * mean(diag H) |W' - W|^2`, from `H = E[q^T q]` and
@@ -322,41 +208,18 @@ def least_squares_kernel(kernel, hessian, cross, ridge):
     return np.linalg.solve(hessian + damping, (cross + damping) @ kernel)
 
 
-def sequential_adaround(
-    model, float_rows, calibration, steps=1000, regulariser=0.01, bias=False, dynamic=None, kept=(),
-    ridge=None,
-):  # fmt: skip
-    """AdaRound kernel by kernel in the forward order, each on the inputs of the model whose
-    earlier kernels are already rounded, against the float model's outputs (AdaRound's
-    asymmetric reconstruction); `bias` also corrects each bias by the mean error left;
-    `dynamic` (a regex of layer paths, `dynamic_inputs`' `layers`): those layers' inputs quantised
-    as the dynamic-range recipe does, in the rounded model and in each layer's own input; `kept`:
-    paths whose kernels stay float (the later roundings see their float outputs); `ridge`: each
-    kernel first moved to `least_squares_kernel` (ERQ's activation-error reduction, Zhong et al.,
-    ICML 2024), which AdaRound then rounds."""
-    called = dense_input_rows(model, calibration[:1], [layer.path for layer in dense_layers(model)])
-    by_path = {layer.path: layer for layer in dense_layers(model)}
-    with dynamic_inputs(dynamic) if dynamic else contextlib.nullcontext():
-        for path in called:  # in the order of the forward pass (dicts keep the first call's order)
-            if path in kept:
-                continue
-            layer = by_path[path]
-            rounded_inputs = dense_input_rows(model, calibration, [layer.path])[layer.path]
-            if quantises_input(dynamic, layer.path):
-                rounded_inputs = keras.ops.convert_to_numpy(dynamic_int8(rounded_inputs))
-            rounded_inputs = rounded_inputs.astype(np.float64)
-            float_inputs = float_rows[layer.path].astype(np.float64)
-            kernel = np.asarray(layer.kernel, np.float64)
-            hessian = rounded_inputs.T @ rounded_inputs / len(rounded_inputs)
-            cross = rounded_inputs.T @ float_inputs / len(rounded_inputs)
-            target = kernel if ridge is None else least_squares_kernel(kernel, hessian, cross, ridge)
-            rounded = adaround(
-                target, hessian, steps=steps, regulariser=regulariser, drift=hessian @ target - cross @ kernel
-            )
-            layer.kernel.assign(rounded.astype("float32"))
-            if bias and layer.use_bias:
-                error = rounded_inputs.mean(0) @ rounded - float_inputs.mean(0) @ kernel
-                layer.bias.assign((np.asarray(layer.bias, np.float64) - error).astype("float32"))
+def sequential_adaround(model, float_rows, calibration, ridge=None, **options):
+    """`export.adaround.sequential_adaround` (the shipped rounding); `ridge`: each kernel first
+    moved to `least_squares_kernel` (ERQ's activation-error reduction, Zhong et al., ICML 2024),
+    which AdaRound then rounds (twentieth pass: worse here)."""
+    from keras_vit.export import adaround as shipped
+
+    def target(kernel, hessian, cross):
+        return least_squares_kernel(kernel, hessian, cross, ridge)
+
+    shipped.sequential_adaround(
+        model, float_rows, calibration, target=None if ridge is None else target, **options
+    )
 
 
 def awq_scales(model, inputs):
@@ -400,74 +263,16 @@ def awq_scales(model, inputs):
     return alphas
 
 
-def kl_divergence(reference, probabilities):
-    return float(np.mean(np.sum(reference * (np.log(reference + 1e-12) - np.log(probabilities + 1e-12)), 1)))
-
-
-def _one_layer_costs(model, images, kernel, inputs):
-    """`{path: KL divergence on `images` with only that Dense layer in int8}`: its `kernel`
-    rounded to nearest and/or its `inputs` quantised as the dynamic-range recipe does; the
-    weights are put back after each layer."""
-    reference = keras_probabilities(model, images)
-    result = {}
-    for layer in dense_layers(model):
-        float_kernel = np.asarray(layer.kernel)
-        if kernel:
-            layer.kernel.assign(round_to_nearest(float_kernel.astype(np.float64)).astype("float32"))
-        with dynamic_inputs(f"^{re.escape(layer.path)}$") if inputs else contextlib.nullcontext():
-            result[layer.path] = kl_divergence(reference, keras_probabilities(model, images))
-        layer.kernel.assign(float_kernel)
-    return result
-
-
 def sensitivity(model, images):
     """`{path: KL divergence on `images` with that kernel alone rounded}`."""
-    return _one_layer_costs(model, images, kernel=True, inputs=False)
-
-
-def input_sensitivity(model, images):
-    """`{path: KL divergence on `images` with only that Dense layer's input quantised as the
-    dynamic-range recipe does}`: which layers' inputs cost most in int8."""
-    return _one_layer_costs(model, images, kernel=False, inputs=True)
+    return one_layer_costs(model, images, kernel=True, inputs=False, round_kernel=round_to_nearest)
 
 
 def float_saving(model, images):
     """`{path: KL divergence on `images` with only that Dense layer in int8}`, input and kernel
     (rounded to nearest): what keeping the whole layer float (`--float-kernels`) saves, where
     `input_sensitivity` sees the input alone."""
-    return _one_layer_costs(model, images, kernel=True, inputs=True)
-
-
-def last_block_row_layers(model, image):
-    """The Dense layers before the head that the export's forward (`classify.classifier_forward`)
-    feeds one row an image (a [cls]-pooled ViT's last proj, fc1 and fc2; none when its head reads
-    every token), found by running it on `image`: in float they cost a product of one row."""
-    from keras_vit.model.vit.classify import classifier_forward
-
-    rows = {}
-
-    def record(layer, inputs):
-        rows[layer.path] = int(np.prod(inputs.shape[:-1]))
-        return inputs
-
-    with _dense_inputs_mapped(record):
-        classifier_forward(model)(image[None])
-    head = dense_layers(model)[-1].path
-    return [path for path, count in rows.items() if count == 1 and path != head]
-
-
-def float_layer_choice(scores, count, free=()):
-    """The layers kept float: the `count` dearest by `scores` (`input_sensitivity` or
-    `float_saving`) among those not in `free`, then `free` (`last_block_row_layers`, near free in
-    time), so that a free layer never takes one of the `count` places that cost time."""
-    free = list(free)
-    ranked = [path for path in sorted(scores, key=scores.get, reverse=True) if path not in free]
-    return ranked[:count] + free
-
-
-def all_inputs_but(paths):
-    """A `dynamic_inputs` pattern for every Dense layer but those at `paths`."""
-    return "^(?!(" + "|".join(re.escape(path) for path in paths) + ")$)"
+    return one_layer_costs(model, images, kernel=True, inputs=True, round_kernel=round_to_nearest)
 
 
 def quantise(model, inputs, recipe, kept=()):

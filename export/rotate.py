@@ -98,13 +98,22 @@ class HadamardInputDense(keras.layers.Dense):
 
 def with_rotated_inputs(model, layers, group=HADAMARD_GROUP):
     """A copy of the ViT `model` in which each block's Dense layers named in `layers` (e.g.
-    `("fc2",)`) take their input rotated (`HadamardInputDense`): the same probabilities in float,
-    to float32 rounding. A layer whose input width has no power-of-two factor of 8 or more, a
-    block without the layer (a parallel block's fused projections) and a LoRA layer are left as
-    they are. `model` is not changed."""
+    `("fc2",)`) take their input rotated (`rotate_inputs`): the same probabilities in float, to
+    float32 rounding. `model` is not changed."""
     copy = model.__class__.from_config(model.get_config())  # a ViT or a subclass of it
     copy.set_weights(model.get_weights())
-    for block in copy.blocks:
+    return rotate_inputs(copy, layers, group=group)
+
+
+def rotate_inputs(copy, layers, blocks=None, group=HADAMARD_GROUP):
+    """`copy` (a copy of a ViT, changed in place and returned) with each block's Dense layers
+    named in `layers` taking their input rotated in the graph (`HadamardInputDense`, the kernel
+    rotated to match); in the blocks of `blocks` (indices) only, when given. A layer whose input
+    width has no power-of-two factor of 8 or more, a block without the layer (a parallel block's
+    fused projections) and a LoRA layer are left as they are."""
+    for index, block in enumerate(copy.blocks):
+        if blocks is not None and index not in blocks:
+            continue
         for name in layers:
             dense = getattr(block, name, None)
             if type(dense) is not keras.layers.Dense or getattr(dense, "lora_enabled", False):
@@ -196,7 +205,7 @@ def rotation(n, seed=0, keep_mean=False):
     return basis.T @ (signs[:, None] * basis)
 
 
-def _check(model):
+def check_rotatable(model):
     """Raises `UnsupportedModelError` for the ViTs whose stream the rewrite does not cover."""
     if not isinstance(model, ViT):
         raise UnsupportedModelError(f"The rotation rewrites keras-vit ViTs; got {type(model).__name__}.")
@@ -289,7 +298,7 @@ def rotated_copy(model, seed=0, rotate=None, norm="rms"):
         UnsupportedModelError: a ViT the rewrite does not cover (CLIP's pre_norm, MAP pooling,
             no final LayerNorm, no QKV or MLP bias, a gated MLP, no head).
     """
-    _check(model)
+    check_rotatable(model)
     if norm not in NORMS:
         raise ValueError(f"Unknown norm {norm!r}; choose from {', '.join(NORMS)}.")
     if rotate is None:

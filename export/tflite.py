@@ -19,7 +19,7 @@ import tensorflow as tf
 
 from keras_vit import framework_logs
 from keras_vit.data import pipeline
-from keras_vit.export import quantize, rotate, tflite_graph
+from keras_vit.export import quantize, rotate, rotated_int8, tflite_graph
 from keras_vit.model import registry
 from keras_vit.storage.export_folder import INTEGER_VARIANTS, TFLITE_VARIANTS
 
@@ -122,6 +122,9 @@ def convert(classifier, variant, calibration=None, input_dtype="float32"):
         rewritten = _with_rotated_inputs(classifier, variant)
         float_model = _convert_from_saved_model(rewritten, "fp32", None, input_dtype)
         flatbuffer = quantize.quantize(float_model, _recipe(classifier, variant), None)
+    elif (rewritten := _rewritten(classifier, variant, calibration)) is not None:
+        float_model = convert(rewritten.classifier, "fp32", input_dtype=calibration.int8_input)
+        flatbuffer = quantize.quantize(float_model, rewritten.rules, None)
     elif variant in quantize.RECIPE_VARIANTS:
         rules = _recipe(classifier, variant)
         rewritten = _with_rotated_inputs(classifier, variant)
@@ -139,6 +142,34 @@ def convert(classifier, variant, calibration=None, input_dtype="float32"):
         flatbuffer = _convert_from_saved_model(classifier, variant, calibration, input_dtype)
     check_builtin_ops(flatbuffer)
     return flatbuffer
+
+
+@dataclasses.dataclass(frozen=True)
+class _Rewritten:
+    classifier: object
+    rules: tuple
+
+
+# The rewrites a family may declare for a variant (`Family.quantization_rewrites`): a function of
+# the model and the calibration images that returns a copy with the rules that quantise it
+# (`rotated_int8.Int8Model`), or raises `rotate.UnsupportedModelError` for a model it does not cover.
+REWRITES = {"rotated stream": rotated_int8.int8_model}
+
+
+def _rewritten(classifier, variant, calibration):
+    """`classifier` rewritten for `variant` by its family's declared rewrite, with its rules; None
+    where the family declares none or the model is one the rewrite does not cover (the family's
+    rules then quantise it as it is, `_recipe`)."""
+    family = registry.family_of(classifier.model, default=None)
+    rewrite = family.quantization_rewrites.get(variant) if family is not None else None
+    if rewrite is None:
+        return None
+    try:
+        made = REWRITES[rewrite](classifier.model, calibration.representative_images)
+    except rotate.UnsupportedModelError as reason:
+        logger.info("%s: %s The family's rules quantise the model as it is.", variant, reason)
+        return None
+    return _Rewritten(dataclasses.replace(classifier, model=made.model), made.rules())
 
 
 def _recipe(classifier, variant):

@@ -481,3 +481,12 @@ def real_photos(folder, classes, per_class):
                 with open(os.path.join(folder, wnid, os.path.basename(name)), "wb") as f:
                     f.write(archive.read(name))
     return folder
+
+
+def correlated_layer():
+    """A kernel (48 inputs, 24 outputs), inputs of rank 16 that correlate its rows, and the
+    kernel's per-channel int8 step: where a rounding that sees the inputs beats the nearest one."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(2000, 16)) @ rng.normal(size=(16, 48))
+    kernel = rng.normal(size=(48, 24)) * 0.05
+    return x, kernel, np.abs(kernel).max(0) / 127

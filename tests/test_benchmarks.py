@@ -4,7 +4,7 @@ import os
 import sys
 
 import pytest
-from conftest import HANG_SECONDS
+from conftest import HANG_SECONDS, correlated_layer
 
 BENCHMARKS = os.path.join(os.path.dirname(__file__), os.pardir, "benchmarks")
 sys.path.insert(0, BENCHMARKS)
@@ -447,64 +447,19 @@ def test_tflite_latency_counts_the_ops_xnnpack_takes(tmp_path):
     assert outside == 1 and partitions == 2 and taken >= 4
 
 
-def _correlated_layer():
-    """A kernel (48 inputs, 24 outputs), inputs of rank 16 that correlate its rows, and the
-    kernel's per-channel int8 step."""
-    import numpy as np
-
-    rng = np.random.default_rng(0)
-    x = rng.normal(size=(2000, 16)) @ rng.normal(size=(16, 48))
-    kernel = rng.normal(size=(48, 24)) * 0.05
-    return x, kernel, np.abs(kernel).max(0) / 127
-
-
 def test_gptq_rounds_a_kernel_closer_to_its_outputs_than_rounding_to_nearest():
     """`benchmarks/int8_weights.py`: on correlated inputs GPTQ's rounding, still on the int8 grid
     of each output channel, changes the layer's outputs less than round-to-nearest does."""
     import int8_weights
     import numpy as np
 
-    x, kernel, scale = _correlated_layer()
+    x, kernel, scale = correlated_layer()
     nearest = int8_weights.round_to_nearest(kernel)
     rounded = int8_weights.gptq(kernel, x.T @ x / len(x))
     steps = rounded / scale
     assert np.allclose(steps, np.round(steps)) and np.abs(np.round(steps)).max() <= 127
     error = lambda w: np.mean((x @ (w - kernel)) ** 2)  # noqa: E731
     assert error(rounded) < 0.5 * error(nearest)
-
-
-def test_adaround_rounds_each_weight_down_or_up_and_closer_to_the_outputs_than_rounding_to_nearest():
-    """`benchmarks/int8_weights.py`: AdaRound keeps every weight on its channel's int8 grid, one of
-    the two steps around it, and on correlated inputs changes the layer's outputs less than
-    round-to-nearest does."""
-    import int8_weights
-    import numpy as np
-
-    x, kernel, scale = _correlated_layer()
-    nearest = int8_weights.round_to_nearest(kernel)
-    rounded = int8_weights.adaround(kernel, x.T @ x / len(x))
-    steps = rounded / scale
-    assert np.allclose(steps, np.round(steps), atol=1e-3) and np.abs(np.round(steps)).max() <= 127
-    assert np.all(np.abs(np.round(steps) - kernel / scale) < 1)  # down or up, never further
-    assert np.mean(np.round(steps) != np.round(kernel / scale)) > 0.01  # it chose, not copied
-    error = lambda w: np.mean((x @ (w - kernel)) ** 2)  # noqa: E731
-    assert error(rounded) < 0.5 * error(nearest)
-
-
-def test_adaround_given_the_drift_of_its_inputs_rounds_against_the_error_upstream():
-    """`seq-adaround`'s rounding: when the layer's inputs come from a model already rounded (here
-    1% too large, and noisier), the `drift` term makes AdaRound aim at the float model's outputs,
-    and it lands far closer to them than the rounding that assumes its inputs exact."""
-    import int8_weights
-    import numpy as np
-
-    x, kernel, _ = _correlated_layer()
-    upstream = x * 1.01 + 0.02 * np.random.default_rng(1).normal(size=x.shape)
-    hessian, cross = upstream.T @ upstream / len(x), upstream.T @ x / len(x)
-    error = lambda w: np.mean((upstream @ w - x @ kernel) ** 2)  # noqa: E731
-    blind = int8_weights.adaround(kernel, hessian)
-    aimed = int8_weights.adaround(kernel, hessian, drift=(hessian - cross) @ kernel)
-    assert error(aimed) < 0.5 * error(blind)
 
 
 def test_the_least_squares_kernel_answers_for_an_upstream_error_no_rounding_step_can():
@@ -514,7 +469,7 @@ def test_the_least_squares_kernel_answers_for_an_upstream_error_no_rounding_step
     import int8_weights
     import numpy as np
 
-    x, kernel, _ = _correlated_layer()
+    x, kernel, _ = correlated_layer()
     upstream = x * 1.05 + 0.02 * np.random.default_rng(1).normal(size=x.shape)
     hessian, cross = upstream.T @ upstream / len(x), upstream.T @ x / len(x)
     error = lambda w: np.mean((upstream @ w - x @ kernel) ** 2)  # noqa: E731
@@ -524,100 +479,6 @@ def test_the_least_squares_kernel_answers_for_an_upstream_error_no_rounding_step
     steps = solved / int8_weights.channel_scale(solved)
     assert np.allclose(steps, np.round(steps), atol=1e-6)
     assert error(solved) < 0.25 * error(aimed)
-
-
-def test_sequential_adaround_rounds_a_vits_kernels_in_order_closer_to_its_float_outputs():
-    """`seq-adaround` on a ViT, its Dense inputs quantised as dynamic range does: every kernel on
-    its int8 grid, and the model's logits nearer the float model's than with every kernel rounded
-    to nearest under the same activations."""
-    import int8_weights
-    import keras
-    import numpy as np
-
-    import keras_vit
-
-    keras.utils.set_random_seed(0)
-    model = keras_vit.create_model("vit_tiny_patch16_224", image_size=32, num_classes=10, **TINY_ARCHITECTURE)
-    images = np.random.default_rng(0).uniform(-1, 1, (16, 32, 32, 3)).astype("float32")
-    exact = keras.ops.convert_to_numpy(model(images))
-    float_weights = model.get_weights()
-    paths = [layer.path for layer in int8_weights.dense_layers(model)]
-    float_rows = int8_weights.dense_input_rows(model, images, paths)
-
-    def logits_error():
-        with int8_weights.dynamic_inputs():
-            return np.mean((keras.ops.convert_to_numpy(model(images)) - exact) ** 2)
-
-    for layer in int8_weights.dense_layers(model):
-        layer.kernel.assign(int8_weights.round_to_nearest(np.asarray(layer.kernel, np.float64)))
-    nearest = logits_error()
-    model.set_weights(float_weights)
-    int8_weights.sequential_adaround(model, float_rows, images, steps=300, dynamic=".*")
-    for layer in int8_weights.dense_layers(model):
-        steps = np.asarray(layer.kernel, np.float64) / int8_weights.channel_scale(np.asarray(layer.kernel))
-        assert np.allclose(steps, np.round(steps), atol=1e-3), layer.path
-    assert logits_error() < 0.8 * nearest
-
-
-def test_sequential_adaround_leaves_the_kept_kernels_float_and_rounds_the_rest():
-    """`int8_weights.py --float-kernels`: the layers `kept` (those whose FULLY_CONNECTED stays
-    float in the file) keep their kernels to the bit; every other kernel lands on its int8 grid."""
-    import int8_weights
-    import keras
-    import numpy as np
-
-    import keras_vit
-
-    keras.utils.set_random_seed(0)
-    model = keras_vit.create_model("vit_tiny_patch16_224", image_size=32, num_classes=10, **TINY_ARCHITECTURE)
-    images = np.random.default_rng(0).uniform(-1, 1, (4, 32, 32, 3)).astype("float32")
-    layers = int8_weights.dense_layers(model)
-    float_rows = int8_weights.dense_input_rows(model, images, [layer.path for layer in layers])
-    kept = {layers[0].path, layers[-1].path}
-    before = {layer.path: np.asarray(layer.kernel).copy() for layer in layers}
-    int8_weights.sequential_adaround(model, float_rows, images, steps=20, dynamic=".*", kept=kept)
-    for layer in layers:
-        kernel = np.asarray(layer.kernel)
-        if layer.path in kept:
-            np.testing.assert_array_equal(kernel, before[layer.path])
-        else:
-            steps = kernel.astype(np.float64) / int8_weights.channel_scale(kernel)
-            assert np.allclose(steps, np.round(steps), atol=1e-3), layer.path
-            assert not np.array_equal(kernel, before[layer.path]), layer.path
-
-
-def test_the_last_blocks_row_layers_are_those_the_classifiers_export_runs_on_the_cls_row_alone():
-    """`int8_weights.py --float-last-block`'s layers are the ones the export's forward
-    (`classify.classifier_forward`) feeds one token's row: their float kernels cost one row's product."""
-    import int8_weights
-    import keras
-    import numpy as np
-
-    import keras_vit
-    from keras_vit.model.vit.classify import classifier_forward
-
-    keras.utils.set_random_seed(0)
-    model = keras_vit.create_model("vit_tiny_patch16_224", image_size=32, num_classes=10, **TINY_ARCHITECTURE)
-    rows = {}
-
-    def record(layer, inputs):
-        rows[layer.path] = int(np.prod(inputs.shape[:-1]))
-        return inputs
-
-    image = np.zeros((32, 32, 3), "float32")
-    with int8_weights._dense_inputs_mapped(record):
-        classifier_forward(model)(image[None])
-    one_row = {path for path, count in rows.items() if count == 1}
-    head = int8_weights.dense_layers(model)[-1].path  # the classifier
-    free = int8_weights.last_block_row_layers(model, image)
-    assert one_row == {*free, head}
-    assert all(path.startswith(model.blocks[-1].path) for path in free)
-    last = model.blocks[-1]
-    assert sorted(free) == sorted(layer.path for layer in (last.attention.proj, last.fc1, last.fc2))
-    pooled = keras_vit.create_model(
-        "vit_tiny_patch16_224", image_size=32, num_classes=10, pooling="gap", **TINY_ARCHITECTURE
-    )
-    assert int8_weights.last_block_row_layers(pooled, image) == []  # its head reads every token
 
 
 def test_the_whole_layer_ranking_sees_a_kernel_that_rounds_badly_where_the_input_ranking_does_not():
@@ -650,17 +511,6 @@ def test_the_whole_layer_ranking_sees_a_kernel_that_rounds_badly_where_the_input
     assert inputs[block.fc2.path] < 0.01 * whole[block.fc2.path]
     for before, after in zip(weights, model.get_weights(), strict=True):
         np.testing.assert_array_equal(before, after)
-
-
-def test_the_free_float_layers_take_none_of_the_ranked_places():
-    """`--float-inputs K --float-last-block`: K layers that cost time, the dearest, plus the free ones,
-    even when a free one ranks among the dearest."""
-    import int8_weights
-
-    scores = {"block_0/fc1": 5, "block_11/fc2": 4, "block_0/fc2": 3, "block_1/fc1": 2, "block_11/fc1": 1}
-    free = ["block_11/fc1", "block_11/fc2"]
-    assert int8_weights.float_layer_choice(scores, 2, free) == ["block_0/fc1", "block_0/fc2", *free]
-    assert int8_weights.float_layer_choice(scores, 2) == ["block_0/fc1", "block_11/fc2"]
 
 
 def test_block_adaround_rounds_each_blocks_kernels_up_or_down_on_their_grid_and_leaves_the_head():

@@ -104,6 +104,10 @@ class Family:
     # the graph before the variant's recipe quantises them (`export.rotate.with_rotated_inputs`:
     # the rotation in float, the layer dynamic-range int8 without the recipe's own rotation).
     quantization_rotated_inputs = {}
+    # `{variant: rewrite}`: a variant made from a rewritten copy of the model instead of the rules
+    # above (`export.tflite.REWRITES`: "rotated stream", `export.rotated_int8`); a model the
+    # rewrite does not cover gets the rules.
+    quantization_rewrites = {}
     quantization_recipes = {
         "dynamic": (((".*", "FULLY_CONNECTED"), "rotated dynamic"),),
         "int8": (((".*", "FULLY_CONNECTED"), "rotated dynamic"),),
