@@ -15,15 +15,10 @@ its bias in float: free in the file).
 import keras
 import numpy as np
 import tensorflow as tf
-from int8_weights import (
-    GAMMA,
-    ZETA,
-    adaround_kernel,
-    adaround_start,
-    dense_layers,
-    dynamic_inputs,
-    straight_through_inputs,
-)
+from int8_weights import straight_through_inputs
+
+from keras_vit.export.adaround import GAMMA, ZETA, adaround_kernel, adaround_start
+from keras_vit.export.dynamic_range import dense_layers, dynamic_inputs
 
 
 def block_inputs(model, images, batch=10):

@@ -40,11 +40,11 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from int8_rotation import MODEL, fp32, keras_probabilities, labels_of, photos, read, tflite_probabilities  # noqa: E402
-from int8_weights import kl_divergence  # noqa: E402
 from keras import ops  # noqa: E402
 
 import keras_vit  # noqa: E402
 from keras_vit.export import quantize, rotate, rotated_int8  # noqa: E402
+from keras_vit.export.dynamic_range import kl_divergence  # noqa: E402
 from keras_vit.export.quantize import DYNAMIC, FLOAT_IO, ROTATED, Rule  # noqa: E402
 from keras_vit.export.rotated_int8 import op_name_pattern  # noqa: E402
 from keras_vit.inference.classifier import load_classifier  # noqa: E402

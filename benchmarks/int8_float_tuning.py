@@ -11,7 +11,9 @@ About 21,000 numbers on the real ViT-Ti, against 100 photos of 1,000 probabiliti
 import keras
 import numpy as np
 import tensorflow as tf
-from int8_weights import dense_layers, straight_through_inputs
+from int8_weights import straight_through_inputs
+
+from keras_vit.export.dynamic_range import dense_layers
 
 
 def tune_scales_and_biases(

@@ -30,11 +30,12 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from int8_rotation import MODEL, keras_probabilities, photos, read  # noqa: E402
-from int8_weights import LEVELS, dense_layers, kl_divergence  # noqa: E402
 from keras import ops  # noqa: E402
 
 import keras_vit  # noqa: E402
 from keras_vit.data import images as image_files  # noqa: E402
+from keras_vit.export.adaround import LEVELS  # noqa: E402
+from keras_vit.export.dynamic_range import dense_layers, kl_divergence  # noqa: E402
 
 
 def fake_quantised(layer):

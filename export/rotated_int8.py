@@ -108,10 +108,10 @@ def int8_model(model, images, seed=ROTATION_SEED, float_share=FLOAT_SHARE, steps
     count = int(float_share * (len(paths) - len(free)))
     kept = float_layer_choice(dynamic_range.input_sensitivity(copy, images), count, free)
     float_rows = dynamic_range.dense_input_rows(copy, images, paths)
+    rotated = f"; fc2's input rotated in block {', '.join(map(str, blocks))}" if blocks else ""
     logger.info(
-        "int8: rounding %d kernels by AdaRound on %d calibration images (%s and fc2's Hadamard in "
-        "block %s float); this takes minutes.",
-        len(paths) - len(kept), len(images), ", ".join(kept), ", ".join(map(str, blocks)) or "none",
+        "Rounding the int8 kernels of %d layers by AdaRound on %d calibration images, %d kept in "
+        "float%s (minutes for a ViT-Ti at 224) ...", len(paths) - len(kept), len(images), len(kept), rotated,
     )  # fmt: skip
     adaround.sequential_adaround(
         copy, float_rows, images, steps=steps, dynamic=dynamic_range.all_inputs_but(kept), kept=set(kept)
@@ -134,11 +134,13 @@ def massive_unit_blocks(model, images, limit=MASSIVE_UNIT):
 
 
 def last_block_row_layers(model, image):
-    """The Dense layers before the head that the export's forward (`classify.classifier_forward`)
-    feeds one row an image (a [cls]-pooled ViT's last proj, fc1 and fc2; none when its head reads
-    every token), found by running it on `image`: in float they cost a product of one row."""
-    from keras_vit.model.vit.classify import classifier_forward
+    """The Dense layers before the head that the export's forward (the family's
+    `classifier_forward`) feeds one row an image (a [cls]-pooled ViT's last proj, fc1 and fc2;
+    none when its head reads every token), found by running it on `image`: in float they cost a
+    product of one row."""
+    from keras_vit.model import registry
 
+    classifier_forward = registry.family_of(model).classifier_forward
     rows = {}
 
     def record(layer, inputs):
