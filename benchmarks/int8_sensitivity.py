@@ -111,7 +111,7 @@ def measure(classifier, spec, image_count, calibration_count, skip_16_bit=False)
     labels = model_labels(classifier, labels, names)
     if labels is None:
         labels = np.full(len(images), -1)  # agreement only: every accuracy is 0
-    representative = tflite.representative_images(spec, classifier.image_size, count=calibration_count)
+    representative = tflite.representative_images(spec, InputContract.of(classifier), count=calibration_count)
     start = time.perf_counter()
     calibration = tflite.Calibration(classifier, representative, "uint8")
     calibration_seconds = time.perf_counter() - start

@@ -62,8 +62,8 @@ def main():
     _, images, labels, split, _ = held_out_images(spec, InputContract.of(classifier), limit=args.images)
     reference = KerasRunner(classifier.model).predict(images)
     keras_accuracy = float((reference.argmax(1) == labels).mean())
-    representative = tflite.representative_images(spec, classifier.image_size, count=args.calibration)
-    large_set = tflite.representative_images(spec, classifier.image_size, count=4 * args.calibration)
+    representative = tflite.representative_images(spec, InputContract.of(classifier), count=args.calibration)
+    large_set = tflite.representative_images(spec, InputContract.of(classifier), count=4 * args.calibration)
 
     calibration = tflite.Calibration(classifier, representative)
     larger = tflite.Calibration(classifier, large_set)

@@ -343,7 +343,7 @@ def _convert(classifier, staging, formats, variants, spec, int8_input, calibrati
         files["saved_model"] = staging.saved_model
     calibration = None
     if any(v in tflite.INTEGER_VARIANTS for v in variants):
-        images = tflite.representative_images(spec, classifier.image_size, count=calibration_images)
+        images = tflite.representative_images(spec, InputContract.of(classifier), count=calibration_images)
         calibration = tflite.Calibration(classifier, images, int8_input)
     for variant in variants:
         logger.info("Converting TFLite %s ...", variant)

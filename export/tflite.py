@@ -384,10 +384,11 @@ def check_builtin_ops(flatbuffer):
         )
 
 
-def representative_images(spec, image_size, count=CALIBRATION_IMAGES):
-    """`count` training images (all of them, when there are fewer), decoded and resized as in
-    training, for int8 calibration. `spec`: the run's `DatasetSpec`, whose validation split and
-    seed leave out the images its verification holds out."""
+def representative_images(spec, contract, count=CALIBRATION_IMAGES):
+    """`count` training images (all of them, when there are fewer), a seeded sample read as the
+    model's input `contract` reads them (an `InputContract`: what the exported model is fed, a
+    pretrained model's centre crop included), for int8 calibration. `spec`: the run's
+    `DatasetSpec`, whose validation split and seed leave out the images its verification holds out."""
     dataset, seed = spec.name, spec.seed
     split = spec.load()["train"]
     if not len(split):
@@ -401,7 +402,12 @@ def representative_images(spec, image_size, count=CALIBRATION_IMAGES):
             "from fewer images.", len(split), dataset, count,
         )  # fmt: skip
         count = len(split)
-    batches = pipeline.training_batches(  # shuffled, so every class is represented
-        split.to_dataset(), image_size=tuple(image_size), batch_size=count, seed=seed, cache=False
-    )
-    return next(iter(batches))["images"].numpy().astype("float32")
+
+    def read(image, label):
+        if image.dtype == tf.string:  # encoded (folders, zips); tfds gives uint8 arrays
+            return contract.decode_and_resize(image)
+        return pipeline.resize(image, contract.image_size, contract.transform)
+
+    # shuffled, so every class is represented
+    sample = split.to_dataset().shuffle(min(len(split), 10_000), seed=seed).take(count).map(read)
+    return np.stack(list(sample.as_numpy_iterator())).astype("float32")

@@ -602,14 +602,39 @@ def test_predict_takes_an_export_folder_and_folders_of_images(exported, tmp_path
 def test_int8_calibrates_on_the_runs_training_images_only(colors_dataset):
     """The run's validation split decides what calibration may see: never the images its
     verification holds out (calibration once carved the default 10% instead of the run's)."""
+    from keras_vit.data.contract import InputContract
     from keras_vit.storage.run_folder import DatasetSpec
 
     spec = DatasetSpec(colors_dataset, validation_split=0.5, seed=3)
     split = spec.load()
-    calibration = tflite.representative_images(spec, (32, 32), count=1000)
+    calibration = tflite.representative_images(spec, InputContract((32, 32)), count=1000)
     assert len(calibration) == len(split["train"]) == len(split["validation"])  # half of the 72
     held_out = {bytes(pixels) for pixels in _decoded(split["validation"])}
     assert not any(bytes(image.astype(np.uint8)) in held_out for image in calibration)
+
+
+def test_int8_calibrates_on_images_read_as_the_models_input_contract_reads_them(colors_dataset):
+    """The exported model is fed what its contract prepares (a pretrained model's centre crop
+    and interpolation included), so its calibration images are read the same way: each one is the
+    contract's reading of a training image, not the training pipeline's plain resize."""
+    import tensorflow as tf
+
+    from keras_vit.data.contract import InputContract
+    from keras_vit.model.transform import Transform
+    from keras_vit.storage.run_folder import DatasetSpec
+
+    spec = DatasetSpec(colors_dataset, validation_split=0.5, seed=3)
+    contract = InputContract((24, 24), transform=Transform(crop_pct=0.75, interpolation="bicubic"))
+    calibration = tflite.representative_images(spec, contract, count=6)
+    assert calibration.shape == (6, 24, 24, 3)
+    read = {}
+    for path in spec.load()["train"].images:
+        with open(path, "rb") as file:
+            pixels = contract.decode_and_resize(tf.constant(file.read())).numpy()
+        read[pixels.tobytes()] = path
+    assert all(image.tobytes() in read for image in calibration)
+    plain = tflite.representative_images(spec, InputContract((24, 24)), count=6)
+    assert not any(image.tobytes() in read for image in plain)  # the plain resize differs
 
 
 def _decoded(split):
