@@ -208,7 +208,7 @@ def least_squares_kernel(kernel, hessian, cross, ridge):
     return np.linalg.solve(hessian + damping, (cross + damping) @ kernel)
 
 
-def sequential_adaround(model, float_rows, calibration, ridge=None, **options):
+def sequential_adaround(model, float_model, calibration, ridge=None, **options):
     """`export.adaround.sequential_adaround` (the shipped rounding); `ridge`: each kernel first
     moved to `least_squares_kernel` (ERQ's activation-error reduction, Zhong et al., ICML 2024),
     which AdaRound then rounds (twentieth pass: worse here)."""
@@ -218,7 +218,7 @@ def sequential_adaround(model, float_rows, calibration, ridge=None, **options):
         return least_squares_kernel(kernel, hessian, cross, ridge)
 
     shipped.sequential_adaround(
-        model, float_rows, calibration, target=None if ridge is None else target, **options
+        model, float_model, calibration, target=None if ridge is None else target, **options
     )
 
 
@@ -394,7 +394,7 @@ def main():
     float_weights = float_source.get_weights()
     float_kernels = {layer.path: np.asarray(layer.kernel) for layer in dense_layers(float_source)}
     inputs = dense_inputs(float_source, calibration)
-    ranked = float_rows = None
+    ranked = float_twin = None
     float_layers = ()  # `--float-kernels`: the layers whose kernels no recipe rounds
     float_input_layers = ()  # `--float-inputs`: the layers whose inputs stay float
     # `--dynamic "fc2;qkv|fc1"`: each recipe under each pattern in turn.
@@ -434,9 +434,9 @@ def main():
         elif recipe.startswith(("seq", "block")):
             parts = recipe.split("-")[2:]
             options = {part[0]: float(part[1:]) for part in parts if part != "bias"}
-            if float_rows is None:  # the float weights, put back above
-                every_path = [layer.path for layer in dense_layers(float_source)]
-                float_rows = dense_input_rows(float_source, calibration, every_path)
+            if float_twin is None:  # the float model the roundings aim at, never rounded
+                seed = arguments.rotation_seed
+                float_twin = source_model(original, arguments.source, seed, hadamard_blocks)
             rounding = dict(steps=int(options.get("s", 1000)), regulariser=options.get("r", 0.01))
             kept = set(float_layers)
             if recipe.startswith("block"):
@@ -450,7 +450,7 @@ def main():
                 kept |= {layer.path for block in model.blocks for layer in dense_layers(block)}
             # seq-adaround: every kernel; after block-adaround, those outside the blocks (the head)
             sequential_adaround(
-                model, float_rows, calibration, bias="bias" in parts and recipe.startswith("seq"),
+                model, float_twin, calibration, bias="bias" in parts and recipe.startswith("seq"),
                 dynamic=dynamic, kept=kept, ridge=options.get("l"), **rounding,
             )  # fmt: skip
         elif recipe != "float":  # `float`: the kernels as they are (what the activations alone cost)

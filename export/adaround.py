@@ -90,17 +90,19 @@ def adaround_kernel(kernel, scale, low, up):
 
 
 def sequential_adaround(
-    model, float_rows, calibration, steps=1000, regulariser=0.01, bias=False, dynamic=None, kept=(),
-    target=None, progress=None,
+    model, float_model, calibration, steps=1000, regulariser=0.01, bias=False, dynamic=None, kept=(),
+    target=None, progress=None, batch=10,
 ):  # fmt: skip
     """Rounds `model`'s Dense kernels in place by AdaRound, kernel by kernel in the forward order,
     each on the inputs of the model whose earlier kernels are already rounded, against the float
-    model's outputs.
+    model's outputs. Each layer's statistics are summed `batch` images at a time, each forward
+    pass stopped at the layer (`dynamic_range.dense_input`): memory for a kernel's square, not
+    for every calibration token's inputs (5 GB for a ViT-B on 100 images at 224).
 
     Args:
         model: the float model; its kernels are replaced by rounded ones.
-        float_rows: `{path: the float model's input rows of that layer}` over `calibration`
-            (`dynamic_range.dense_input_rows` before any rounding).
+        float_model: a float copy of `model` (the same layers in the same order), left as it is:
+            the outputs each rounding aims at.
         calibration: the images (the model's input) the rounding sees.
         bias: also correct each bias by the mean error left.
         dynamic: a regex of layer paths (`dynamic_range.dynamic_inputs`' `layers`): those layers'
@@ -111,29 +113,45 @@ def sequential_adaround(
             (`benchmarks/int8_weights.py`'s least-squares kernel).
         progress: called with `(done, total)` after each kernel.
     """
-    rows = dynamic_range.dense_input_rows
     layers = dynamic_range.dense_layers(model)
-    called = rows(model, calibration[:1], [layer.path for layer in layers])
+    twins = dict(zip((layer.path for layer in layers), dynamic_range.dense_layers(float_model), strict=True))
+    called = dynamic_range.dense_input_rows(model, calibration[:1], list(twins))
     by_path = {layer.path: layer for layer in layers}
     order = [path for path in called if path not in kept]  # dicts keep the first call's order
-    with dynamic_range.dynamic_inputs(dynamic) if dynamic else contextlib.nullcontext():
-        for done, path in enumerate(order, start=1):
-            layer = by_path[path]
-            rounded_inputs = rows(model, calibration, [layer.path])[layer.path]
-            if dynamic_range.quantises_input(dynamic, layer.path):
-                rounded_inputs = keras.ops.convert_to_numpy(dynamic_range.dynamic_int8(rounded_inputs))
-            rounded_inputs = rounded_inputs.astype(np.float64)
-            float_inputs = float_rows[layer.path].astype(np.float64)
-            kernel = np.asarray(layer.kernel, np.float64)
-            hessian = rounded_inputs.T @ rounded_inputs / len(rounded_inputs)
-            cross = rounded_inputs.T @ float_inputs / len(rounded_inputs)
-            aimed = kernel if target is None else target(kernel, hessian, cross)
-            rounded = adaround(
-                aimed, hessian, steps=steps, regulariser=regulariser, drift=hessian @ aimed - cross @ kernel
-            )
-            layer.kernel.assign(rounded.astype("float32"))
-            if bias and layer.use_bias:
-                error = rounded_inputs.mean(0) @ rounded - float_inputs.mean(0) @ kernel
-                layer.bias.assign((np.asarray(layer.bias, np.float64) - error).astype("float32"))
-            if progress is not None:
-                progress(done, len(order))
+    for done, path in enumerate(order, start=1):
+        layer = by_path[path]
+        hessian, cross, sums, count = _statistics(
+            model, float_model, calibration, path, twins[path].path, dynamic, batch
+        )
+        kernel = np.asarray(layer.kernel, np.float64)
+        aimed = kernel if target is None else target(kernel, hessian, cross)
+        rounded = adaround(
+            aimed, hessian, steps=steps, regulariser=regulariser, drift=hessian @ aimed - cross @ kernel
+        )
+        layer.kernel.assign(rounded.astype("float32"))
+        if bias and layer.use_bias:
+            error = (sums[0] @ rounded - sums[1] @ kernel) / count
+            layer.bias.assign((np.asarray(layer.bias, np.float64) - error).astype("float32"))
+        if progress is not None:
+            progress(done, len(order))
+
+
+def _statistics(model, float_model, calibration, path, float_path, dynamic, batch):
+    """`(E[q^T q], E[q^T x], (sum q, sum x), rows)` over `calibration` for the Dense layer at
+    `path`: `q` its input in `model` (under `dynamic`'s quantised inputs, its own quantised too
+    when `dynamic` finds it), `x` the input of its twin at `float_path` in `float_model`."""
+    hessian = cross = 0.0
+    sums, count = [0.0, 0.0], 0
+    for start in range(0, len(calibration), batch):
+        images = calibration[start : start + batch]
+        float_rows = dynamic_range.dense_input(float_model, images, float_path).astype(np.float64)
+        with dynamic_range.dynamic_inputs(dynamic) if dynamic else contextlib.nullcontext():
+            rows = dynamic_range.dense_input(model, images, path)
+        if dynamic_range.quantises_input(dynamic, path):
+            rows = keras.ops.convert_to_numpy(dynamic_range.dynamic_int8(rows))
+        rows = rows.astype(np.float64)
+        hessian = hessian + rows.T @ rows
+        cross = cross + rows.T @ float_rows
+        sums = [sums[0] + rows.sum(0), sums[1] + float_rows.sum(0)]
+        count += len(rows)
+    return hessian / count, cross / count, sums, count

@@ -96,6 +96,35 @@ def dense_input_rows(model, images, paths):
     return {path: np.concatenate(rows) for path, rows in found.items()}
 
 
+class _Recorded(Exception):
+    """Ends a forward pass once the wanted Dense input is recorded (`dense_input`)."""
+
+
+def dense_input(model, images, path):
+    """The input of the Dense layer at `path` when `model` runs `images` (through `Dense.call` as
+    it is: inside `dynamic_inputs`, before it quantises), `(rows, width)` as numpy. The forward
+    pass stops there: the layers after it are not run. A layer called twice gives its first input."""
+    call = keras.layers.Dense.call
+    found = []
+
+    def recording(self, inputs, training=None):
+        if self.path == path:
+            found.append(keras.ops.convert_to_numpy(inputs).reshape(-1, inputs.shape[-1]))
+            raise _Recorded
+        return call(self, inputs, training=training)
+
+    keras.layers.Dense.call = recording
+    try:
+        model(images, training=False)
+    except _Recorded:
+        pass
+    finally:
+        keras.layers.Dense.call = call
+    if not found:
+        raise ValueError(f"No Dense layer at {path!r} ran in {model.name}.")
+    return found[0]
+
+
 def probabilities(model, images, batch=25):
     """`softmax(model(images))`, `batch` images at a time, as numpy."""
     outputs = [

@@ -100,21 +100,21 @@ def int8_model(model, images, seed=ROTATION_SEED, float_share=FLOAT_SHARE, steps
     """
     check(model)
     images = np.asarray(images[:ROUNDING_IMAGES], np.float32)
-    copy = rotate.rotated_copy(model, seed=seed, norm="rms")
-    blocks = massive_unit_blocks(copy, images)
-    rotate.rotate_inputs(copy, ("fc2",), blocks=blocks)
+    float_copy = rotate.rotated_copy(model, seed=seed, norm="rms")
+    blocks = massive_unit_blocks(float_copy, images)
+    rotate.rotate_inputs(float_copy, ("fc2",), blocks=blocks)
+    copy = rotate.rotate_inputs(rotate.rotated_copy(model, seed=seed, norm="rms"), ("fc2",), blocks=blocks)
     free = last_block_row_layers(copy, images[0])
     paths = [layer.path for layer in dynamic_range.dense_layers(copy)]
     count = int(float_share * (len(paths) - len(free)))
     kept = float_layer_choice(dynamic_range.input_sensitivity(copy, images), count, free)
-    float_rows = dynamic_range.dense_input_rows(copy, images, paths)
     rotated = f"; fc2's input rotated in block {', '.join(map(str, blocks))}" if blocks else ""
     logger.info(
         "Rounding the int8 kernels of %d layers by AdaRound on %d calibration images, %d kept in "
         "float%s (minutes for a ViT-Ti at 224) ...", len(paths) - len(kept), len(images), len(kept), rotated,
     )  # fmt: skip
     adaround.sequential_adaround(
-        copy, float_rows, images, steps=steps, dynamic=dynamic_range.all_inputs_but(kept), kept=set(kept)
+        copy, float_copy, images, steps=steps, dynamic=dynamic_range.all_inputs_but(kept), kept=set(kept)
     )
     if _reads_cls_token(copy):
         with_cls_twice_mlp(copy, once=kept)

@@ -190,8 +190,10 @@ def test_sequential_adaround_rounds_a_vits_kernels_in_order_closer_to_its_float_
     images = np.random.default_rng(0).uniform(-1, 1, (16, 32, 32, 3)).astype("float32")
     exact = keras.ops.convert_to_numpy(model(images))
     float_weights = model.get_weights()
-    paths = [layer.path for layer in dynamic_range.dense_layers(model)]
-    float_rows = dynamic_range.dense_input_rows(model, images, paths)
+    float_model = keras_vit.create_model(
+        "vit_tiny_patch16_224", image_size=32, num_classes=10, **TINY_ARCHITECTURE
+    )
+    float_model.set_weights(float_weights)
 
     def logits_error():
         with dynamic_range.dynamic_inputs():
@@ -201,7 +203,7 @@ def test_sequential_adaround_rounds_a_vits_kernels_in_order_closer_to_its_float_
         layer.kernel.assign(adaround.round_to_nearest(np.asarray(layer.kernel, np.float64)))
     nearest = logits_error()
     model.set_weights(float_weights)
-    adaround.sequential_adaround(model, float_rows, images, steps=300, dynamic=".*")
+    adaround.sequential_adaround(model, float_model, images, steps=300, dynamic=".*")
     for layer in dynamic_range.dense_layers(model):
         steps = np.asarray(layer.kernel, np.float64) / adaround.channel_scale(np.asarray(layer.kernel))
         assert np.allclose(steps, np.round(steps), atol=1e-3), layer.path
@@ -215,10 +217,13 @@ def test_sequential_adaround_leaves_the_kept_kernels_float_and_rounds_the_rest()
     model = keras_vit.create_model("vit_tiny_patch16_224", image_size=32, num_classes=10, **TINY_ARCHITECTURE)
     images = np.random.default_rng(0).uniform(-1, 1, (4, 32, 32, 3)).astype("float32")
     layers = dynamic_range.dense_layers(model)
-    float_rows = dynamic_range.dense_input_rows(model, images, [layer.path for layer in layers])
+    float_model = keras_vit.create_model(
+        "vit_tiny_patch16_224", image_size=32, num_classes=10, **TINY_ARCHITECTURE
+    )
+    float_model.set_weights(model.get_weights())
     kept = {layers[0].path, layers[-1].path}
     before = {layer.path: np.asarray(layer.kernel).copy() for layer in layers}
-    adaround.sequential_adaround(model, float_rows, images, steps=20, dynamic=".*", kept=kept)
+    adaround.sequential_adaround(model, float_model, images, steps=20, dynamic=".*", kept=kept)
     for layer in layers:
         kernel = np.asarray(layer.kernel)
         if layer.path in kept:
@@ -264,3 +269,22 @@ def test_the_free_float_layers_take_none_of_the_ranked_places():
     free = ["block_11/fc1", "block_11/fc2"]
     assert rotated_int8.float_layer_choice(scores, 2, free) == ["block_0/fc1", "block_0/fc2", *free]
     assert rotated_int8.float_layer_choice(scores, 2) == ["block_0/fc1", "block_11/fc2"]
+
+
+def test_a_dense_input_is_the_full_forwards_and_the_layers_after_it_do_not_run():
+    """`dynamic_range.dense_input` (what the rounding sums its statistics from, batch by batch):
+    the rows a full forward pass records for that layer, and no Dense layer after it runs."""
+    model = _tiny()
+    images = np.round(IMAGES[:3])
+    layers = dynamic_range.dense_layers(model)
+    paths = [layer.path for layer in layers]
+    full = dynamic_range.dense_input_rows(model, images, paths)
+    order = list(full)  # the forward pass's order
+    for path in (order[1], order[-1]):
+        np.testing.assert_array_equal(dynamic_range.dense_input(model, images, path), full[path])
+    ran = []
+    with dynamic_range.dense_inputs_mapped(lambda layer, inputs: ran.append(layer.path) or inputs):
+        dynamic_range.dense_input(model, images, order[1])
+    assert ran == order[:1]  # the first layer ran; the recorded one stopped the pass before its product
+    with pytest.raises(ValueError, match="No Dense layer"):
+        dynamic_range.dense_input(model, images, "block_9/fc1")
