@@ -42,9 +42,9 @@ MASSIVE_UNIT = 32.0
 # The share of the Dense layers that cost time kept float, by the cost of their int8 input: nine
 # of the ViT-Ti's 46 (each about 0.012x of fp32's time; the nineteenth pass's choice).
 FLOAT_SHARE = 0.2
-# Calibration images the ranking and the rounding see: the rounding runs the model once a layer
-# over them (three minutes for a ViT-Ti at 224 on two Zen 5 cores; four times as many cut the
-# divergence by a tenth, at four times the time).
+# Calibration images the ranking and the rounding see: each runs the model about once a layer
+# over them (four minutes for a ViT-Ti at 224 on two Zen 5 cores, the whole export; four times as
+# many cut the divergence by a tenth, at about four times the time).
 ROUNDING_IMAGES = 100
 ADAROUND_STEPS = 1000
 # The name scope of the [cls] row's quantisation residual (`ClsTwiceMlpBlock`).
@@ -100,6 +100,10 @@ def int8_model(model, images, seed=ROTATION_SEED, float_share=FLOAT_SHARE, steps
     """
     check(model)
     images = np.asarray(images[:ROUNDING_IMAGES], np.float32)
+    logger.info(
+        "Rounding the int8 kernels of %d projections on %d calibration images (minutes: about four "
+        "for a ViT-Ti at 224 on two cores) ...", len(dynamic_range.dense_layers(model)), len(images),
+    )  # fmt: skip
     float_copy = rotate.rotated_copy(model, seed=seed, norm="rms")
     blocks = massive_unit_blocks(float_copy, images)
     rotate.rotate_inputs(float_copy, ("fc2",), blocks=blocks)
@@ -108,11 +112,6 @@ def int8_model(model, images, seed=ROTATION_SEED, float_share=FLOAT_SHARE, steps
     paths = [layer.path for layer in dynamic_range.dense_layers(copy)]
     count = int(float_share * (len(paths) - len(free)))
     kept = float_layer_choice(dynamic_range.input_sensitivity(copy, images), count, free)
-    rotated = f"; fc2's input rotated in block {', '.join(map(str, blocks))}" if blocks else ""
-    logger.info(
-        "Rounding the int8 kernels of %d layers by AdaRound on %d calibration images, %d kept in "
-        "float%s (minutes for a ViT-Ti at 224) ...", len(paths) - len(kept), len(images), len(kept), rotated,
-    )  # fmt: skip
     adaround.sequential_adaround(
         copy, float_copy, images, steps=steps, dynamic=dynamic_range.all_inputs_but(kept), kept=set(kept)
     )

@@ -373,8 +373,8 @@ def _add_export_arguments(export):
         f"%(default)s), all or none. The integer ones ({', '.join(INTEGER_VARIANTS)}) are opt-in: "
         f"int16x8 and int8_strict run LiteRT's 16-bit reference loops, slower than fp32, and int8 is "
         f"faster only on CPUs with int8 dot products (AVX512-VNNI, AMX, Arm dotprod), its kernels rounded "
-        f"on the calibration images (minutes: about five for a ViT-Ti at 224 on two cores); each is "
-        f"verified against its targets (docs/tflite-integer.md)",
+        f"on the calibration images (minutes: about four for a ViT-Ti at 224 on two cores, more for wider "
+        f"models); each is verified against its targets (docs/tflite-integer.md)",
     )
     export.add_argument(
         "--int8-input",
