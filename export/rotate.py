@@ -22,9 +22,11 @@ the model remove them before quantisation, and leave the float graph's probabili
 On the copy, `with_massive_tokens` carries the stream's massive tokens (found by `massive_tokens`)
 at a smaller scale from a block on and splits that block's massive MLP units (`massive_units`),
 and `with_per_head_attention` gives each head its own ops; both float-exact.
-`with_rotated_inputs` is what `keras-vit export` uses today (the ViT family's `dynamic` and `int8`):
-a copy whose MLP output projections take their input rotated in the graph by a block-diagonal
-Hadamard (`HadamardInputDense`), docs/benchmarks/int8.md (eighth pass).
+`keras-vit export` uses two: the ViT family's `int8` quantises a `rotated_copy` whose fc2 takes its
+input through an in-graph Hadamard where a unit is massive (`rotate_inputs`, in place;
+`export.rotated_int8`, docs/benchmarks/int8.md, twenty-first pass), and its `dynamic` (and the
+`int8` of a ViT that rewrite does not cover) a copy of the model itself whose MLP output
+projections take their input rotated that way (`with_rotated_inputs`; eighth pass).
 What it buys a full-integer TFLite model, and what it does not (the ViT-Ti's outlier is also a
 token outlier: four corner tokens at 40 times the others' size, which no channel rotation moves):
 `benchmarks/int8_rotation.py`, docs/benchmarks/int8.md (fifth pass).

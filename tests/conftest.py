@@ -490,3 +490,22 @@ def correlated_layer():
     x = rng.normal(size=(2000, 16)) @ rng.normal(size=(16, 48))
     kernel = rng.normal(size=(48, 24)) * 0.05
     return x, kernel, np.abs(kernel).max(0) / 127
+
+
+def tflite_outputs(flatbuffer, images):
+    """`(probabilities, input dtype, output dtype)` of a `.tflite` on `images` (float pixels in
+    [0, 255], rounded and cast to the file's input type), one image at a time, a uint8 output
+    dequantised."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    interpreter = Interpreter(model_content=flatbuffer)
+    interpreter.allocate_tensors()
+    given, output = interpreter.get_input_details()[0], interpreter.get_output_details()[0]
+    results = []
+    for image in images:
+        interpreter.set_tensor(given["index"], np.round(image).astype(given["dtype"])[None])
+        interpreter.invoke()
+        value = interpreter.get_tensor(output["index"])[0].astype(np.float32)
+        scale, zero_point = output["quantization"]
+        results.append((value - zero_point) * scale if output["dtype"] != np.float32 else value)
+    return np.stack(results), given["dtype"], output["dtype"]

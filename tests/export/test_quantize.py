@@ -6,7 +6,7 @@ import keras
 import numpy as np
 import pytest
 from ai_edge_litert.interpreter import Interpreter
-from conftest import TINY
+from conftest import TINY, tflite_outputs
 
 import keras_vit
 from keras_vit.export import quantize, tflite, tflite_graph
@@ -89,23 +89,9 @@ def test_sixteen_bit_rules_leave_the_ops_without_int16_kernels_in_float():
     assert all(r.activation_bits is None for r in quantize.with_bits(quantize.groups(VIT)["head"], None))
 
 
-def _run(flatbuffer, images):
-    interpreter = Interpreter(model_content=flatbuffer)
-    interpreter.allocate_tensors()
-    given, output = interpreter.get_input_details()[0], interpreter.get_output_details()[0]
-    results = []
-    for image in images:
-        interpreter.set_tensor(given["index"], np.round(image).astype(given["dtype"])[None])
-        interpreter.invoke()
-        value = interpreter.get_tensor(output["index"])[0].astype(np.float32)
-        scale, zero_point = output["quantization"]
-        results.append((value - zero_point) * scale if output["dtype"] != np.float32 else value)
-    return np.stack(results), given["dtype"], output["dtype"]
-
-
 def test_the_integer_variants_take_uint8_pixels_and_keep_the_probabilities(calibrated):
     images = calibrated.representative_images
-    reference, _, _ = _run(calibrated.float_model, images)
+    reference, _, _ = tflite_outputs(calibrated.float_model, images)
     # In float: the uint8 input's cast, LayerNorm's negated mean and its statistics.
     most_float = {"CAST", "NEG", "SQUARED_DIFFERENCE", "MEAN", "ADD", "RSQRT", "MUL"}
     for variant in ("int8", "int16x8"):
@@ -113,7 +99,7 @@ def test_the_integer_variants_take_uint8_pixels_and_keep_the_probabilities(calib
             calibrated.float_model, quantize.recipes(VIT)[variant], calibrated.ranges
         )
         tflite.check_builtin_ops(flatbuffer)
-        probabilities, given, returned = _run(flatbuffer, images)
+        probabilities, given, returned = tflite_outputs(flatbuffer, images)
         assert given == np.uint8 and returned == np.float32
         assert np.abs(probabilities - reference).max() < (0.05 if variant == "int8" else 0.01), variant
     int16x8 = quantize.quantize(calibrated.float_model, quantize.recipes(VIT)["int16x8"], calibrated.ranges)
@@ -190,13 +176,14 @@ def test_int8_and_dynamic_rotate_each_projections_input_and_quantise_it_at_run_t
         convolutions = [(op, g) for name, op, g in tflite_graph.ops(flatbuffer) if name == "CONV_2D"]
         assert [g.Tensors(op.Inputs(1)).Type() for op, g in convolutions] == [schema.TensorType.FLOAT32]
     images = uncovered.representative_images
-    reference, _, _ = _run(uncovered.float_model, images)
-    probabilities, given, returned = _run(tflite.convert(uncovered.classifier, "int8", uncovered), images)
+    reference, _, _ = tflite_outputs(uncovered.float_model, images)
+    int8 = tflite.convert(uncovered.classifier, "int8", uncovered)
+    probabilities, given, returned = tflite_outputs(int8, images)
     assert given == np.uint8 and returned == np.float32
     assert np.abs(probabilities - reference).max() < 0.05
     floats = [np.asarray(image, np.float32) for image in images]
-    reference, _, _ = _run(tflite.convert(classifier, "fp32"), floats)
-    probabilities, given, returned = _run(tflite.convert(classifier, "dynamic"), floats)
+    reference, _, _ = tflite_outputs(tflite.convert(classifier, "fp32"), floats)
+    probabilities, given, returned = tflite_outputs(tflite.convert(classifier, "dynamic"), floats)
     assert given == returned == np.float32
     assert np.abs(probabilities - reference).max() < 0.05
 
@@ -226,8 +213,8 @@ def test_the_strict_variant_computes_in_int16_with_int8_weights_and_no_op_in_flo
         if op.InputsLength() > 2 and op.Inputs(2) >= 0:  # the converter drops biases of zeros
             assert graph.Tensors(op.Inputs(2)).Type() == schema.TensorType.INT32  # LiteRT's fast kernel
     images = calibrated.representative_images
-    reference, _, _ = _run(calibrated.float_model, images)
-    probabilities, given, returned = _run(flatbuffer, images)
+    reference, _, _ = tflite_outputs(calibrated.float_model, images)
+    probabilities, given, returned = tflite_outputs(flatbuffer, images)
     assert given == returned == np.uint8
     assert np.abs(probabilities - reference).max() < 0.02  # steps of 1/256 out
 

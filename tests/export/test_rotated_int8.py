@@ -8,8 +8,7 @@ import re
 import keras
 import numpy as np
 import pytest
-from ai_edge_litert.interpreter import Interpreter
-from conftest import TINY, TINY_MODEL, correlated_layer
+from conftest import TINY, TINY_MODEL, correlated_layer, tflite_outputs
 
 import keras_vit
 from keras_vit.export import adaround, dynamic_range, rotate, rotated_int8, tflite, tflite_graph
@@ -33,18 +32,6 @@ def _tiny(massive_block=None, **options):
         block.fc1.kernel.assign(kernel)
         block.fc1.bias.assign(bias)
     return model
-
-
-def _run(flatbuffer, images):
-    interpreter = Interpreter(model_content=flatbuffer)
-    interpreter.allocate_tensors()
-    given, output = interpreter.get_input_details()[0], interpreter.get_output_details()[0]
-    results = []
-    for image in images:
-        interpreter.set_tensor(given["index"], np.round(image).astype(given["dtype"])[None])
-        interpreter.invoke()
-        results.append(interpreter.get_tensor(output["index"])[0])
-    return np.stack(results), given["dtype"]
 
 
 def _fully_connected(flatbuffer):
@@ -90,7 +77,7 @@ def test_the_int8_export_is_the_recipes_keras_simulation_with_its_float_layers_a
     }
     assert len(dynamic) >= 4 * TINY["depth"] + 1 - len(made.float_layers)  # [cls] rows twice: more
 
-    probabilities, given = _run(flatbuffer, IMAGES)
+    probabilities, given, _ = tflite_outputs(flatbuffer, IMAGES)
     assert given == np.uint8
     fp32 = keras.ops.convert_to_numpy(keras.ops.softmax(model(np.round(IMAGES))))
     with dynamic_range.dynamic_inputs(dynamic_range.all_inputs_but(made.float_layers)):
@@ -120,7 +107,7 @@ def test_a_vit_the_rewrite_does_not_cover_gets_the_familys_rules_and_says_so(opt
     assert any(reason in record.getMessage() for record in caplog.records)
     layers = _fully_connected(flatbuffer)
     assert any("hadamard" in name.lower() for name in layers)  # the rules' rotations, in float
-    probabilities, _ = _run(flatbuffer, IMAGES)
+    probabilities, _, _ = tflite_outputs(flatbuffer, IMAGES)
     fp32 = keras.ops.convert_to_numpy(keras.ops.softmax(model(np.round(IMAGES))))
     assert np.abs(probabilities - fp32).max() < 0.05
 
