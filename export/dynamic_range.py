@@ -143,17 +143,46 @@ def kl_divergence(reference, predicted):
 def one_layer_costs(model, images, kernel, inputs, round_kernel=None):
     """`{path: KL divergence on `images` with only that Dense layer in int8}`: its `kernel` rounded
     by `round_kernel` (float64 in and out) and/or its `inputs` quantised as the dynamic-range
-    recipe does; the weights are put back after each layer."""
+    recipe does; the weights are put back after each layer. Each layer's pass starts at the input
+    of the model's top-level layer that holds it (a block), computed once in float: the layers
+    before it compute what they did for the reference."""
     reference = probabilities(model, images)
     result = {}
-    for layer in dense_layers(model):
-        float_kernel = np.asarray(layer.kernel)
-        if kernel:
-            layer.kernel.assign(round_kernel(float_kernel.astype(np.float64)).astype("float32"))
-        with dynamic_inputs(f"^{re.escape(layer.path)}$") if inputs else contextlib.nullcontext():
-            result[layer.path] = kl_divergence(reference, probabilities(model, images))
-        layer.kernel.assign(float_kernel)
-    return result
+    for stage, layers in _stages(model):
+        tail, stage_inputs = model, images
+        if stage is not None:
+            tail = keras.Model(stage.input, model.outputs)
+            stage_inputs = _outputs(keras.Model(model.inputs, stage.input), images)
+        for layer in layers:
+            float_kernel = np.asarray(layer.kernel)
+            if kernel:
+                layer.kernel.assign(round_kernel(float_kernel.astype(np.float64)).astype("float32"))
+            with dynamic_inputs(f"^{re.escape(layer.path)}$") if inputs else contextlib.nullcontext():
+                result[layer.path] = kl_divergence(reference, probabilities(tail, stage_inputs))
+            layer.kernel.assign(float_kernel)
+    return {layer.path: result[layer.path] for layer in dense_layers(model)}
+
+
+def _stages(model):
+    """`[(top-level layer or None, its Dense layers)]` in the forward order: for a functional
+    model, each top-level layer that holds Dense layers and reads one tensor; None (the whole model
+    from its input) for a model of another kind."""
+    if not isinstance(getattr(model, "_operations", None), list) or not hasattr(model, "inputs"):
+        return [(None, dense_layers(model))]
+    stages = []
+    for layer in model.layers:
+        held = dense_layers(layer)
+        if held:
+            single = isinstance(getattr(layer, "input", None), keras.KerasTensor)
+            stages.append((layer if single else None, held))
+    return stages
+
+
+def _outputs(model, images, batch=25):
+    """`model(images)` (one output), `batch` images at a time, as numpy."""
+    return np.concatenate(
+        [keras.ops.convert_to_numpy(model([images[i : i + batch]])) for i in range(0, len(images), batch)]
+    )
 
 
 def input_sensitivity(model, images):

@@ -275,3 +275,20 @@ def test_a_dense_input_is_the_full_forwards_and_the_layers_after_it_do_not_run()
     assert ran == order[:1]  # the first layer ran; the recorded one stopped the pass before its product
     with pytest.raises(ValueError, match="No Dense layer"):
         dynamic_range.dense_input(model, images, "block_9/fc1")
+
+
+def test_the_input_ranking_starts_each_pass_at_its_blocks_input_and_equals_the_full_forwards():
+    """`dynamic_range.input_sensitivity` runs each layer's pass from the input of the block that
+    holds it: the same divergences as a full forward pass per layer, to the bit, every Dense layer
+    ranked once, in the model's order."""
+    model = rotate.rotated_copy(_tiny())
+    images = np.round(IMAGES[:6])
+    ranked = dynamic_range.input_sensitivity(model, images)
+    reference = dynamic_range.probabilities(model, images)
+    full = {}
+    for layer in dynamic_range.dense_layers(model):
+        with dynamic_range.dynamic_inputs(f"^{re.escape(layer.path)}$"):
+            quantised = dynamic_range.probabilities(model, images)
+        full[layer.path] = dynamic_range.kl_divergence(reference, quantised)
+    assert list(ranked) == list(full) and ranked == full
+    assert max(ranked.values()) > 0
