@@ -28,7 +28,6 @@ docs/benchmarks/int8.md (eighth to twentieth passes) reports them.
 """
 
 import argparse
-import contextlib
 import json
 import os
 import re
@@ -218,7 +217,7 @@ def with_cls_residual_rows(model, layers=".*", skip=()):
             def product(both):  # the class's call, which `int8_weights.dynamic_inputs` patches
                 return parent.call(self, both, *args, **kwargs)
 
-            with _before_activation(self) as activation:
+            with rotated_int8.without_activation(self) as activation:
                 outputs = activation(_with_residual_row(rows, product, self))
             return outputs if len(inputs.shape) == 3 else ops.squeeze(outputs, 1)
 
@@ -249,17 +248,6 @@ def _with_residual_row(rows, product, dense):
     extra = outputs[:, count:] - dense.bias if dense.bias is not None else outputs[:, count:]
     first = outputs[:, :1] + extra
     return ops.concatenate([first, outputs[:, 1:count]], axis=1) if count > 1 else first
-
-
-@contextlib.contextmanager
-def _before_activation(dense):
-    """Inside it, `dense` has no activation (a fused one, fc1's GELU, must follow the sum of the
-    two rows); it yields the activation, which it puts back after."""
-    activation, dense.activation = dense.activation, keras.activations.linear
-    try:
-        yield activation
-    finally:
-        dense.activation = activation
 
 
 def add_rotation_arguments(parser):

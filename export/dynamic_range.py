@@ -68,18 +68,9 @@ def run_recording(model, images, record, batch=10):
     """Runs `images` through `model`, `batch` at a time, with `record(layer, inputs)` called on
     every Dense layer's input (through `Dense.call` as it is: inside `dynamic_inputs`, before it
     quantises)."""
-    call = keras.layers.Dense.call
-
-    def recording(self, inputs, training=None):
-        record(self, inputs)
-        return call(self, inputs, training=training)
-
-    keras.layers.Dense.call = recording
-    try:
+    with dense_inputs_mapped(lambda layer, inputs: record(layer, inputs) or inputs):
         for i in range(0, len(images), batch):
             model(images[i : i + batch], training=False)
-    finally:
-        keras.layers.Dense.call = call
 
 
 def dense_input_rows(model, images, paths):
@@ -104,22 +95,19 @@ def dense_input(model, images, path):
     """The input of the Dense layer at `path` when `model` runs `images` (through `Dense.call` as
     it is: inside `dynamic_inputs`, before it quantises), `(rows, width)` as numpy. The forward
     pass stops there: the layers after it are not run. A layer called twice gives its first input."""
-    call = keras.layers.Dense.call
     found = []
 
-    def recording(self, inputs, training=None):
-        if self.path == path:
+    def record(layer, inputs):
+        if layer.path == path:
             found.append(keras.ops.convert_to_numpy(inputs).reshape(-1, inputs.shape[-1]))
             raise _Recorded
-        return call(self, inputs, training=training)
+        return inputs
 
-    keras.layers.Dense.call = recording
     try:
-        model(images, training=False)
+        with dense_inputs_mapped(record):
+            model(images, training=False)
     except _Recorded:
         pass
-    finally:
-        keras.layers.Dense.call = call
     if not found:
         raise ValueError(f"No Dense layer at {path!r} ran in {model.name}.")
     return found[0]

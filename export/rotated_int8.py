@@ -198,7 +198,7 @@ class ClsTwiceMlpBlock(TransformerBlock):
             return dense(row)
         with keras.name_scope(RESIDUAL_SCOPE):
             both = ops.concatenate([row, dynamic_range_residual(row)], axis=1)
-        with _without_activation(dense) as activation:
+        with without_activation(dense) as activation:
             outputs = dense(both)
         extra = outputs[:, 1:] - dense.bias if dense.bias is not None else outputs[:, 1:]
         return activation(outputs[:, :1] + extra)
@@ -226,9 +226,9 @@ def dynamic_range_residual(rows):
 
 
 @contextlib.contextmanager
-def _without_activation(dense):
-    """Inside it, `dense` has no activation (fc1's GELU must follow the sum of the two rows); it
-    yields the activation."""
+def without_activation(dense):
+    """Inside it, `dense` has no activation (a fused one, fc1's GELU, must follow what is added to
+    its product: here the second row's); it yields the activation, which it puts back after."""
     activation, dense.activation = dense.activation, keras.activations.linear
     try:
         yield activation

@@ -293,11 +293,8 @@ def _has_gelu(dense):
 
 def _before_activation(dense, dense_call, inputs, training):
     """What the Dense layer `dense` computes before its activation (`dense_call`: Keras' own)."""
-    activation, dense.activation = dense.activation, keras.activations.linear
-    try:
+    with rotated_int8.without_activation(dense):
         return dense_call(dense, inputs, training=training)
-    finally:
-        dense.activation = activation
 
 
 @contextlib.contextmanager
